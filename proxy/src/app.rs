@@ -1,0 +1,151 @@
+//! Starting mvproxy from a validated [`Config`]: upstream clients, the discovery cache, the
+//! proxy and admin listeners, and one shutdown signal for all of them.
+//!
+//! `main` and the demo both go through [`start`], so what the demo measures is what runs in
+//! production. Listeners are bound before anything runs, so a port in use fails at start.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use mvproxy_telemetry::metrics::Metrics;
+use prometheus_client::registry::Registry;
+use tokio::task::JoinHandle;
+use tokio_rustls::TlsAcceptor;
+use tokio_util::sync::CancellationToken;
+
+use crate::admin::{self, Admin};
+use crate::config::Config;
+use crate::discovery::Cache;
+use crate::discovery::refresh::RefreshSettings;
+use crate::forward::{ClientSettings, Upstream};
+use crate::server::{self, App};
+use crate::tls::{self, TlsError};
+
+/// Why mvproxy could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("TLS: {0}")]
+    Tls(#[from] TlsError),
+    #[error("{0}")]
+    Bind(#[from] std::io::Error),
+    #[error("upstream {name}: {why}")]
+    Upstream { name: String, why: String },
+}
+
+/// A running mvproxy.
+pub struct Running {
+    /// The proxy listener's address (useful when the config asked for port 0).
+    pub listen: SocketAddr,
+    /// The admin listener's address.
+    pub admin: SocketAddr,
+    pub cache: Arc<Cache>,
+    shutdown: CancellationToken,
+    tasks: JoinHandle<()>,
+}
+
+impl Running {
+    /// Stops accepting, drains in-flight requests (bounded) and returns when all is stopped.
+    pub async fn shutdown(self) {
+        self.shutdown.cancel();
+        let _ = self.tasks.await;
+    }
+
+    /// A token that stops this instance when cancelled.
+    pub fn shutdown_token(&self) -> CancellationToken {
+        self.shutdown.clone()
+    }
+
+    /// Waits until the instance has stopped.
+    pub async fn stopped(self) {
+        let _ = self.tasks.await;
+    }
+}
+
+/// Builds and starts everything; returns once both listeners are bound.
+pub async fn start(config: &Config) -> Result<Running, StartError> {
+    tls::install_provider();
+    let client_cert = config
+        .proxy_client_cert
+        .as_ref()
+        .map(|(c, k)| (c.as_path(), k.as_path()));
+    let local_ca = config.local_ca_file.as_ref().or(config.peer_ca_file.as_ref());
+    let local_settings = ClientSettings {
+        tls: local_ca
+            .map(|ca| tls::client_config(ca, client_cert))
+            .transpose()?,
+        server_name: None,
+        connect_timeout: config.connect_timeout,
+    };
+    let peer_settings = ClientSettings {
+        tls: config
+            .peer_ca_file
+            .as_ref()
+            .map(|ca| tls::client_config(ca, client_cert))
+            .transpose()?,
+        server_name: Some(config.peer_server_name.clone()),
+        connect_timeout: config.connect_timeout,
+    };
+    let upstream = |name, url: &http::Uri, settings: &ClientSettings| {
+        Upstream::new(name, url.clone(), settings, config.response_header_timeout).map_err(|why| {
+            StartError::Upstream {
+                name: url.to_string(),
+                why,
+            }
+        })
+    };
+    let local = upstream(config.server_id.clone(), &config.local, &local_settings)?;
+    let peers = config
+        .peers
+        .iter()
+        .map(|p| upstream(p.name.clone(), &p.url, &peer_settings))
+        .collect::<Result<Vec<_>, _>>()?;
+
+    let mut registry = Registry::default();
+    let metrics = Arc::new(Metrics::register(&mut registry));
+    let cache = Cache::new(
+        local.clone(),
+        peers.clone(),
+        RefreshSettings {
+            interval: config.refresh_interval,
+        },
+        metrics.clone(),
+    );
+    let acceptor = match &config.serving_tls {
+        Some(t) => Some(TlsAcceptor::from(Arc::new(tls::server_config(&t.cert, &t.key)?))),
+        None => None,
+    };
+    let listener = server::bind(config.listen).await?;
+    let admin_listener = server::bind(config.admin_listen).await?;
+    let listen = listener.local_addr()?;
+    let admin_addr = admin_listener.local_addr()?;
+
+    let shutdown = CancellationToken::new();
+    let app = Arc::new(App {
+        local,
+        peers,
+        cache: cache.clone(),
+        metrics,
+    });
+    let admin = Admin {
+        cache: cache.clone(),
+        registry: Arc::new(registry),
+    };
+    let tasks = tokio::spawn({
+        let shutdown = shutdown.clone();
+        let cache = cache.clone();
+        async move {
+            let refresher = tokio::spawn(cache.run(shutdown.clone()));
+            let admin = tokio::spawn(admin::serve(admin_listener, admin, shutdown.clone()));
+            server::serve(listener, acceptor, app, shutdown.clone()).await;
+            let _ = tokio::join!(refresher, admin);
+        }
+    });
+    tracing::info!(%listen, admin = %admin_addr, local = %config.local, peers = config.peers.len(), "mvproxy started");
+    Ok(Running {
+        listen,
+        admin: admin_addr,
+        cache,
+        shutdown,
+        tasks,
+    })
+}

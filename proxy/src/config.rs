@@ -1,0 +1,410 @@
+//! Configuration: flags and an optional YAML file, validated once into a [`Config`].
+//!
+//! Everything after [`ServeArgs::load`] takes the typed `Config` only. A bad value stops mvproxy
+//! before any socket opens, with one line naming the field and what is wrong, and exit code 2.
+//! Flags mirror kube-apiserver's names; the YAML file uses the same names (without `--`),
+//! and a flag given on the command line wins over the file.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+use http::Uri;
+use serde::Deserialize;
+
+use crate::discovery::ServerName;
+
+/// Exit code for invalid configuration.
+pub const EXIT_CONFIG: i32 = 2;
+
+/// A configuration error: the field and why.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("invalid configuration: {field}: {why}")]
+pub struct ConfigError {
+    pub field: String,
+    pub why: String,
+}
+
+fn err(field: impl Into<String>, why: impl Into<String>) -> ConfigError {
+    ConfigError {
+        field: field.into(),
+        why: why.into(),
+    }
+}
+
+/// How client identity reaches the API servers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum IdentityMode {
+    /// `Authorization` and `Impersonate-*` forwarded as sent.
+    #[default]
+    Passthrough,
+    /// Client certificates verified and forwarded as `X-Remote-*` headers.
+    FrontProxy,
+}
+
+/// Where peers come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum PeerSource {
+    #[default]
+    Static,
+    Leases,
+    Endpointslices,
+}
+
+/// Log line format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+/// `mvproxy serve` flags; also the shape of the YAML file (same names without `--`).
+#[derive(Debug, Clone, Default, Args, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct ServeArgs {
+    /// Address of the proxy listener [default: 127.0.0.1:6443]
+    #[arg(long)]
+    pub listen: Option<String>,
+    /// Address of the admin listener (/healthz, /readyz, /metrics, /debug/discovery) [default: 127.0.0.1:9090]
+    #[arg(long)]
+    pub admin_listen: Option<String>,
+    /// URL of the local API server, e.g. https://127.0.0.1:6443
+    #[arg(long)]
+    pub local: Option<String>,
+    /// A peer, as NAME=URL (repeatable)
+    #[arg(long = "peer", value_name = "NAME=URL")]
+    #[serde(default)]
+    pub peers: Vec<String>,
+    /// This server's name among its peers (the merge orders servers by name) [default: local]
+    #[arg(long)]
+    pub server_id: Option<String>,
+    /// YAML file with any of these settings; flags win
+    #[arg(long)]
+    #[serde(skip)]
+    pub config: Option<PathBuf>,
+    /// Serving certificate for --listen (PEM)
+    #[arg(long)]
+    pub tls_cert_file: Option<PathBuf>,
+    /// Serving key for --listen (PEM)
+    #[arg(long)]
+    pub tls_key_file: Option<PathBuf>,
+    /// CA for client certificates (front-proxy identity)
+    #[arg(long)]
+    pub client_ca_file: Option<PathBuf>,
+    /// CA that verifies the local API server [default: --peer-ca-file]
+    #[arg(long)]
+    pub local_ca_file: Option<PathBuf>,
+    /// CA that verifies peers
+    #[arg(long)]
+    pub peer_ca_file: Option<PathBuf>,
+    /// Name verified in peers' certificates and sent as SNI [default: kubernetes.default.svc]
+    #[arg(long)]
+    pub peer_server_name: Option<String>,
+    /// Client certificate presented to the local server and to peers
+    #[arg(long)]
+    pub proxy_client_cert_file: Option<PathBuf>,
+    /// Key of --proxy-client-cert-file
+    #[arg(long)]
+    pub proxy_client_key_file: Option<PathBuf>,
+    /// How client identity reaches the API servers
+    #[arg(long, value_enum)]
+    pub identity: Option<IdentityMode>,
+    /// Where peers come from
+    #[arg(long, value_enum)]
+    pub peer_source: Option<PeerSource>,
+    /// CA of client certificates allowed to send X-Remote-* identity headers
+    #[arg(long)]
+    pub requestheader_client_ca_file: Option<PathBuf>,
+    /// Common names allowed to send X-Remote-* identity headers
+    #[arg(long, value_delimiter = ',')]
+    #[serde(default)]
+    pub requestheader_allowed_names: Vec<String>,
+    /// Log format
+    #[arg(long, value_enum)]
+    pub log_format: Option<LogFormat>,
+    /// Seconds between discovery refreshes of each server [default: 30]
+    #[arg(long)]
+    pub refresh_interval_seconds: Option<u64>,
+    /// Seconds to wait for a TCP connection to an upstream [default: 5]
+    #[arg(long)]
+    pub connect_timeout_seconds: Option<u64>,
+    /// Seconds to wait for an upstream's response headers [default: 60]
+    #[arg(long)]
+    pub response_header_timeout_seconds: Option<u64>,
+}
+
+/// A peer from the configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerConfig {
+    pub name: ServerName,
+    pub url: Uri,
+}
+
+/// Serving TLS files.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServingTls {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+/// The validated configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub listen: SocketAddr,
+    pub admin_listen: SocketAddr,
+    pub local: Uri,
+    pub server_id: ServerName,
+    pub peers: Vec<PeerConfig>,
+    pub serving_tls: Option<ServingTls>,
+    pub local_ca_file: Option<PathBuf>,
+    pub peer_ca_file: Option<PathBuf>,
+    pub peer_server_name: String,
+    pub proxy_client_cert: Option<(PathBuf, PathBuf)>,
+    pub log_format: LogFormat,
+    pub refresh_interval: Duration,
+    pub connect_timeout: Duration,
+    pub response_header_timeout: Duration,
+}
+
+impl ServeArgs {
+    /// Reads `--config` if given, lets flags win, and validates.
+    pub fn load(self) -> Result<Config, ConfigError> {
+        let file = match &self.config {
+            Some(path) => Some(read_file(path)?),
+            None => None,
+        };
+        match file {
+            Some(file) => self.over(file).validate(),
+            None => self.validate(),
+        }
+    }
+
+    /// `self` (flags) over `file`.
+    fn over(self, file: ServeArgs) -> ServeArgs {
+        ServeArgs {
+            listen: self.listen.or(file.listen),
+            admin_listen: self.admin_listen.or(file.admin_listen),
+            local: self.local.or(file.local),
+            peers: if self.peers.is_empty() { file.peers } else { self.peers },
+            server_id: self.server_id.or(file.server_id),
+            config: self.config,
+            tls_cert_file: self.tls_cert_file.or(file.tls_cert_file),
+            tls_key_file: self.tls_key_file.or(file.tls_key_file),
+            client_ca_file: self.client_ca_file.or(file.client_ca_file),
+            local_ca_file: self.local_ca_file.or(file.local_ca_file),
+            peer_ca_file: self.peer_ca_file.or(file.peer_ca_file),
+            peer_server_name: self.peer_server_name.or(file.peer_server_name),
+            proxy_client_cert_file: self.proxy_client_cert_file.or(file.proxy_client_cert_file),
+            proxy_client_key_file: self.proxy_client_key_file.or(file.proxy_client_key_file),
+            identity: self.identity.or(file.identity),
+            peer_source: self.peer_source.or(file.peer_source),
+            requestheader_client_ca_file: self
+                .requestheader_client_ca_file
+                .or(file.requestheader_client_ca_file),
+            requestheader_allowed_names: if self.requestheader_allowed_names.is_empty() {
+                file.requestheader_allowed_names
+            } else {
+                self.requestheader_allowed_names
+            },
+            log_format: self.log_format.or(file.log_format),
+            refresh_interval_seconds: self.refresh_interval_seconds.or(file.refresh_interval_seconds),
+            connect_timeout_seconds: self.connect_timeout_seconds.or(file.connect_timeout_seconds),
+            response_header_timeout_seconds: self
+                .response_header_timeout_seconds
+                .or(file.response_header_timeout_seconds),
+        }
+    }
+
+    fn validate(self) -> Result<Config, ConfigError> {
+        let listen = addr("listen", self.listen.as_deref().unwrap_or("127.0.0.1:6443"))?;
+        let admin_listen = addr(
+            "admin-listen",
+            self.admin_listen.as_deref().unwrap_or("127.0.0.1:9090"),
+        )?;
+        if listen == admin_listen && listen.port() != 0 {
+            return Err(err("admin-listen", format!("{admin_listen} is also --listen")));
+        }
+        let local_raw = self.local.as_deref().ok_or_else(|| err("local", "required: the URL of the local API server"))?;
+        let local = url("local", local_raw)?;
+        let server_id = name("server-id", self.server_id.as_deref().unwrap_or("local"))?;
+
+        let mut peers: Vec<PeerConfig> = Vec::new();
+        for spec in &self.peers {
+            let (n, u) = spec
+                .split_once('=')
+                .ok_or_else(|| err("peer", format!("{spec:?} is not NAME=URL")))?;
+            let peer = PeerConfig {
+                name: name("peer", n)?,
+                url: url("peer", u)?,
+            };
+            if peers.iter().any(|p| p.name == peer.name) {
+                return Err(err("peer", format!("duplicate peer name {n:?}")));
+            }
+            if peer.name == server_id {
+                return Err(err("peer", format!("peer name {n:?} is this server's --server-id")));
+            }
+            if same_endpoint(&peer.url, &local) {
+                return Err(err("peer", format!("peer {n:?} has the local server's URL {local}")));
+            }
+            peers.push(peer);
+        }
+
+        let serving_tls = match (self.tls_cert_file, self.tls_key_file) {
+            (Some(cert), Some(key)) => {
+                readable("tls-cert-file", &cert)?;
+                readable("tls-key-file", &key)?;
+                Some(ServingTls { cert, key })
+            }
+            (None, None) => None,
+            (Some(_), None) => return Err(err("tls-key-file", "required with --tls-cert-file")),
+            (None, Some(_)) => return Err(err("tls-cert-file", "required with --tls-key-file")),
+        };
+        let proxy_client_cert = match (self.proxy_client_cert_file, self.proxy_client_key_file) {
+            (Some(cert), Some(key)) => {
+                readable("proxy-client-cert-file", &cert)?;
+                readable("proxy-client-key-file", &key)?;
+                Some((cert, key))
+            }
+            (None, None) => None,
+            (Some(_), None) => {
+                return Err(err("proxy-client-key-file", "required with --proxy-client-cert-file"));
+            }
+            (None, Some(_)) => {
+                return Err(err("proxy-client-cert-file", "required with --proxy-client-key-file"));
+            }
+        };
+        for (field, file) in [
+            ("peer-ca-file", &self.peer_ca_file),
+            ("local-ca-file", &self.local_ca_file),
+        ] {
+            if let Some(f) = file {
+                readable(field, f)?;
+            }
+        }
+        if local.scheme_str() == Some("https")
+            && self.local_ca_file.is_none()
+            && self.peer_ca_file.is_none()
+        {
+            return Err(err("local-ca-file", "required for an https:// local server (or give --peer-ca-file)"));
+        }
+        if let Some(p) = peers.iter().find(|p| p.url.scheme_str() == Some("https"))
+            && self.peer_ca_file.is_none()
+        {
+            return Err(err("peer-ca-file", format!("required for https:// peer {}", p.name)));
+        }
+        if self.identity.unwrap_or_default() != IdentityMode::Passthrough {
+            return Err(err("identity", "front-proxy is not available in this version; use passthrough"));
+        }
+        if self.peer_source.unwrap_or_default() != PeerSource::Static {
+            return Err(err("peer-source", "only static peers are available in this version"));
+        }
+        if self.client_ca_file.is_some() {
+            return Err(err("client-ca-file", "needs --identity front-proxy, not available in this version"));
+        }
+        if self.requestheader_client_ca_file.is_some() || !self.requestheader_allowed_names.is_empty() {
+            return Err(err(
+                "requestheader-client-ca-file",
+                "needs --identity front-proxy, not available in this version",
+            ));
+        }
+        let seconds = |field: &str, v: Option<u64>, default: u64| -> Result<Duration, ConfigError> {
+            match v.unwrap_or(default) {
+                0 => Err(err(field, "must be at least 1")),
+                s => Ok(Duration::from_secs(s)),
+            }
+        };
+        let peer_server_name = self
+            .peer_server_name
+            .unwrap_or_else(|| "kubernetes.default.svc".to_owned());
+        if rustls::pki_types::ServerName::try_from(peer_server_name.as_str()).is_err() {
+            return Err(err("peer-server-name", format!("{peer_server_name:?} is not a DNS name or IP address")));
+        }
+        Ok(Config {
+            listen,
+            admin_listen,
+            local,
+            server_id,
+            peers,
+            serving_tls,
+            local_ca_file: self.local_ca_file,
+            peer_ca_file: self.peer_ca_file,
+            peer_server_name,
+            proxy_client_cert,
+            log_format: self.log_format.unwrap_or_default(),
+            refresh_interval: seconds("refresh-interval-seconds", self.refresh_interval_seconds, 30)?,
+            connect_timeout: seconds("connect-timeout-seconds", self.connect_timeout_seconds, 5)?,
+            response_header_timeout: seconds(
+                "response-header-timeout-seconds",
+                self.response_header_timeout_seconds,
+                60,
+            )?,
+        })
+    }
+}
+
+fn read_file(path: &Path) -> Result<ServeArgs, ConfigError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| err("config", format!("{}: {e}", path.display())))?;
+    serde_yaml_ng::from_str(&text).map_err(|e| {
+        // serde_yaml names the unknown or mistyped field in its message
+        err("config", format!("{}: {e}", path.display()))
+    })
+}
+
+fn addr(field: &str, s: &str) -> Result<SocketAddr, ConfigError> {
+    s.parse()
+        .map_err(|_| err(field, format!("{s:?} is not an IP:PORT address")))
+}
+
+fn url(field: &str, s: &str) -> Result<Uri, ConfigError> {
+    let uri: Uri = s
+        .parse()
+        .map_err(|e| err(field, format!("{s:?} is not a URL: {e}")))?;
+    match uri.scheme_str() {
+        Some("http" | "https") => {}
+        Some(other) => {
+            return Err(err(field, format!("{s:?}: unsupported scheme {other:?} (use http or https)")));
+        }
+        None => return Err(err(field, format!("{s:?} has no scheme (use http:// or https://)"))),
+    }
+    if uri.host().is_none_or(str::is_empty) {
+        return Err(err(field, format!("{s:?} has no host")));
+    }
+    if uri.path_and_query().is_some_and(|p| p.as_str() != "/") {
+        return Err(err(field, format!("{s:?}: a path is not supported, give scheme://host:port")));
+    }
+    Ok(uri)
+}
+
+fn name(field: &str, s: &str) -> Result<ServerName, ConfigError> {
+    let ok = !s.is_empty()
+        && s.len() <= 253
+        && s.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_'));
+    if ok {
+        Ok(ServerName::from(s))
+    } else {
+        Err(err(field, format!("{s:?} is not a valid name (letters, digits, '-', '.', '_')")))
+    }
+}
+
+fn readable(field: &str, path: &Path) -> Result<(), ConfigError> {
+    std::fs::File::open(path)
+        .map(|_| ())
+        .map_err(|e| err(field, format!("{}: {e}", path.display())))
+}
+
+fn same_endpoint(a: &Uri, b: &Uri) -> bool {
+    let port = |u: &Uri| {
+        u.port_u16()
+            .unwrap_or(if u.scheme_str() == Some("https") { 443 } else { 80 })
+    };
+    a.scheme_str() == b.scheme_str() && a.host() == b.host() && port(a) == port(b)
+}
+
+#[cfg(test)]
+mod tests;

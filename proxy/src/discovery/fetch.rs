@@ -1,0 +1,143 @@
+//! Reading one server's API surface.
+//!
+//! `/api` and `/apis` are asked for with the `profile=nopeer` Accept (mvp-spec §5 item 21), so
+//! a peer that merges discovery itself still tells only its own surface. A response counts as
+//! aggregated only if it is a 200 whose `Content-Type` names `APIGroupDiscoveryList` v2 or
+//! v2beta1 (kubernetes#119662); anything else is read as legacy discovery and completed with
+//! one request per group-version, as client-go does for old releases.
+
+use bytes::Bytes;
+use http::{HeaderMap, StatusCode, header};
+
+use super::legacy::group_from_legacy;
+use super::snapshot::ServerView;
+use super::types::{
+    ACCEPT_NOPEER, AGGREGATED_GROUP, AGGREGATED_KIND, ApiGroupDiscovery, ApiGroupDiscoveryList,
+    ApiGroupList, ApiResourceList, ApiVersions,
+};
+use crate::forward::Upstream;
+
+/// Largest discovery document accepted (the 1.34 `/apis` is about 60 KiB).
+pub const MAX_DOCUMENT_BYTES: usize = 16 * 1024 * 1024;
+
+const ACCEPT_JSON: &str = "application/json";
+
+/// A document as fetched: aggregated (with its version) or legacy.
+enum Document {
+    Aggregated { v2: bool, body: Bytes },
+    Legacy(Bytes),
+    NotFound,
+}
+
+/// Fetches the server's core and named groups. The error is the cause in words.
+pub async fn fetch(up: &Upstream) -> Result<ServerView, String> {
+    let core = match get(up, "/api", ACCEPT_NOPEER).await? {
+        Document::NotFound => Vec::new(),
+        Document::Aggregated { body, .. } => decode::<ApiGroupDiscoveryList>("/api", &body)?.items,
+        Document::Legacy(body) => {
+            let versions: ApiVersions = decode("/api", &body)?;
+            let mut lists = Vec::new();
+            for v in versions.versions {
+                let path = format!("/api/{v}");
+                lists.push((v, legacy_resources(up, &path).await?));
+            }
+            vec![group_from_legacy("", lists)]
+        }
+    };
+    let (apis, raw) = match get(up, "/apis", ACCEPT_NOPEER).await? {
+        Document::NotFound => (Vec::new(), None),
+        Document::Aggregated { v2, body } => {
+            let items = decode::<ApiGroupDiscoveryList>("/apis", &body)?.items;
+            (items, v2.then_some(body))
+        }
+        Document::Legacy(body) => {
+            let list: ApiGroupList = decode("/apis", &body)?;
+            let mut groups: Vec<ApiGroupDiscovery> = Vec::new();
+            for g in list.groups {
+                let mut lists = Vec::new();
+                for v in g.versions {
+                    let path = format!("/apis/{}", v.group_version);
+                    lists.push((v.version, legacy_resources(up, &path).await?));
+                }
+                groups.push(group_from_legacy(&g.name, lists));
+            }
+            (groups, None)
+        }
+    };
+    Ok(ServerView::new(core, apis, raw))
+}
+
+async fn legacy_resources(up: &Upstream, path: &str) -> Result<ApiResourceList, String> {
+    match get(up, path, ACCEPT_JSON).await? {
+        Document::Legacy(body) | Document::Aggregated { body, .. } => decode(path, &body),
+        Document::NotFound => Err(format!("GET {path}: 404 Not Found")),
+    }
+}
+
+async fn get(up: &Upstream, path: &str, accept: &str) -> Result<Document, String> {
+    let (status, headers, body) = up
+        .get(path, accept, MAX_DOCUMENT_BYTES)
+        .await
+        .map_err(|e| format!("GET {path}: {e}"))?;
+    match status {
+        StatusCode::OK => Ok(match aggregated_version(&headers) {
+            Some(v2) => Document::Aggregated { v2, body },
+            None => Document::Legacy(body),
+        }),
+        StatusCode::NOT_FOUND => Ok(Document::NotFound),
+        other => Err(format!(
+            "GET {path}: HTTP {other}: {}",
+            String::from_utf8_lossy(&body[..body.len().min(200)])
+        )),
+    }
+}
+
+/// `Some(true)` for v2, `Some(false)` for v2beta1, `None` for anything else.
+fn aggregated_version(headers: &HeaderMap) -> Option<bool> {
+    let ct = headers.get(header::CONTENT_TYPE)?.to_str().ok()?;
+    let mut params = ct.split(';').skip(1).filter_map(|p| p.trim().split_once('='));
+    let (mut g, mut v, mut kind) = (None, None, None);
+    for (key, value) in params.by_ref() {
+        match key {
+            "g" => g = Some(value),
+            "v" => v = Some(value),
+            "as" => kind = Some(value),
+            _ => {}
+        }
+    }
+    if g != Some(AGGREGATED_GROUP) || kind != Some(AGGREGATED_KIND) {
+        return None;
+    }
+    match v {
+        Some("v2") => Some(true),
+        Some("v2beta1") => Some(false),
+        _ => None,
+    }
+}
+
+fn decode<T: serde::de::DeserializeOwned>(path: &str, body: &[u8]) -> Result<T, String> {
+    serde_json::from_slice(body).map_err(|e| format!("GET {path}: undecodable document: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::HeaderValue;
+
+    #[test]
+    fn aggregated_content_types() {
+        let cases = [
+            ("application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList", Some(true)),
+            ("application/json; as=APIGroupDiscoveryList; v=v2beta1; g=apidiscovery.k8s.io", Some(false)),
+            ("application/json", None),
+            ("application/json;g=apidiscovery.k8s.io;v=v3;as=APIGroupDiscoveryList", None),
+            ("text/plain", None),
+        ];
+        for (ct, want) in cases {
+            let mut h = HeaderMap::new();
+            h.insert(header::CONTENT_TYPE, HeaderValue::from_static(ct));
+            assert_eq!(aggregated_version(&h), want, "{ct}");
+        }
+        assert_eq!(aggregated_version(&HeaderMap::new()), None);
+    }
+}

@@ -1,0 +1,32 @@
+//! mvproxy: a version-aware forwarding proxy for Kubernetes API servers during mixed-version
+//! upgrades.
+//!
+//! While API servers of two releases run side by side, a request that lands on a server
+//! lacking its group/version/resource gets a false `404`. mvproxy sits in front of each API
+//! server and does what kube-apiserver's Mixed Version Proxy does: it routes such a request to
+//! a peer that serves it, and merges every server's aggregated discovery.
+//!
+//! # Layout
+//! One request flows one way through these modules:
+//! - [`classify`]: the path as kube-apiserver's RequestInfo reads it;
+//! - [`discovery`]: what each server serves (fetch, refresh, the routing snapshot, merge);
+//! - [`route`]: the decision, a pure function of the request and the snapshot;
+//! - [`forward`]: streaming the request to the chosen upstream and its answer back;
+//! - [`error`]: every failure mvproxy answers itself, as a Kubernetes `Status`;
+//! - [`server`] ties them together per request and runs the listener; [`admin`] serves
+//!   health, readiness, metrics and `/debug/discovery`.
+//!
+//! [`config`] turns flags and YAML into a validated [`config::Config`]; [`app`] starts
+//! everything from it. [`standin`] is a stand-in API server for tests and the demo; the
+//! request path never uses it.
+
+pub mod admin;
+pub mod app;
+pub mod classify;
+pub mod config;
+pub mod discovery;
+pub mod error;
+pub mod forward;
+pub mod route;
+pub mod server;
+pub mod tls;

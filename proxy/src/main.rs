@@ -1,0 +1,117 @@
+//! The `mvproxy` command: parse, validate, start, run until SIGTERM or Ctrl-C.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use mvproxy::config::{EXIT_CONFIG, LogFormat, ServeArgs};
+
+/// A version-aware proxy for Kubernetes API servers during mixed-version upgrades.
+#[derive(Parser)]
+#[command(name = "mvproxy", version)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Proxy one API server, routing what only a peer serves to that peer.
+    Serve(ServeArgs),
+    /// Validate a configuration file and exit (0 if valid, 2 if not).
+    CheckConfig {
+        /// The YAML file to check.
+        #[arg(long)]
+        config: PathBuf,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Serve(args) => {
+            let config = match args.load() {
+                Ok(c) => c,
+                Err(e) => return config_error(&e),
+            };
+            init_logs(config.log_format);
+            let runtime = match tokio::runtime::Runtime::new() {
+                Ok(r) => r,
+                Err(e) => {
+                    eprintln!("mvproxy: cannot start the runtime: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            runtime.block_on(async {
+                let running = match mvproxy::app::start(&config).await {
+                    Ok(r) => r,
+                    Err(e) => {
+                        eprintln!("mvproxy: {e}");
+                        return ExitCode::FAILURE;
+                    }
+                };
+                shutdown_signal().await;
+                tracing::info!("shutting down: draining in-flight requests");
+                running.shutdown().await;
+                ExitCode::SUCCESS
+            })
+        }
+        Command::CheckConfig { config } => {
+            let args = ServeArgs {
+                config: Some(config.clone()),
+                ..ServeArgs::default()
+            };
+            match args.load() {
+                Ok(c) => {
+                    println!(
+                        "{}: valid (local {}, {} peer(s), listen {}, admin {})",
+                        config.display(),
+                        c.local,
+                        c.peers.len(),
+                        c.listen,
+                        c.admin_listen
+                    );
+                    ExitCode::SUCCESS
+                }
+                Err(e) => config_error(&e),
+            }
+        }
+    }
+}
+
+fn config_error(e: &mvproxy::config::ConfigError) -> ExitCode {
+    eprintln!("mvproxy: {e}");
+    ExitCode::from(EXIT_CONFIG as u8)
+}
+
+fn init_logs(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}

@@ -1,0 +1,305 @@
+//! The Prometheus metric families of DESIGN.md's telemetry contract, and their exposition.
+//!
+//! Names are public interface: dashboards, alert rules and upstream's own dashboards (the
+//! `apiserver_*` peer-proxy families, kept under the `mvproxy_` prefix) depend on them. The
+//! registry is built here and passed around in an `Arc`, never global, so a test can run
+//! several proxies in one process. Label values that say *why* are `&'static str` constants.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::{Registry, Unit};
+
+/// Request-latency buckets, equal to the collector's span-metrics buckets (seconds).
+pub const REQUEST_BUCKETS: [f64; 9] = [0.005, 0.01, 0.015, 0.03, 0.05, 0.1, 0.3, 0.5, 1.0];
+/// Cache lookups and merges take microseconds: sub-millisecond buckets, then the request ones.
+pub const FAST_BUCKETS: [f64; 15] = [
+    0.000_005, 0.000_01, 0.000_025, 0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.005, 0.01,
+    0.03, 0.05, 0.1, 0.5, 1.0,
+];
+/// Discovery fetches cross the network and may take seconds.
+pub const FETCH_BUCKETS: [f64; 12] = [
+    0.005, 0.01, 0.015, 0.03, 0.05, 0.1, 0.3, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+/// `mvproxy_rerouted_request_total` labels (upstream's).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RerouteLabels {
+    pub code: u16,
+    pub group: String,
+    pub version: String,
+    pub resource: String,
+}
+
+/// `mvproxy_peer_proxy_errors_total` labels.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PeerErrorLabels {
+    pub r#type: &'static str,
+    pub group: String,
+    pub version: String,
+    pub resource: String,
+}
+
+/// `type` label alone.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TypeLabels {
+    pub r#type: &'static str,
+}
+
+/// `mvproxy_requests_total` labels.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLabels {
+    pub route: &'static str,
+    pub reason: &'static str,
+    pub peer: String,
+    pub code: u16,
+    pub method: &'static str,
+}
+
+/// `mvproxy_request_duration_seconds` labels.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RouteLabels {
+    pub route: &'static str,
+    pub peer: String,
+}
+
+/// `result` = `hit` | `miss`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabels {
+    pub result: &'static str,
+}
+
+/// `peer` label alone.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PeerLabels {
+    pub peer: String,
+}
+
+/// `server` label alone.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ServerLabels {
+    pub server: String,
+}
+
+type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+
+fn request_histogram() -> Histogram {
+    Histogram::new(REQUEST_BUCKETS)
+}
+
+fn fast_histogram() -> Histogram {
+    Histogram::new(FAST_BUCKETS)
+}
+
+fn fetch_histogram() -> Histogram {
+    Histogram::new(FETCH_BUCKETS)
+}
+
+/// Every family of the contract.
+#[derive(Debug)]
+pub struct Metrics {
+    pub rerouted_requests: Family<RerouteLabels, Counter>,
+    pub peer_proxy_errors: Family<PeerErrorLabels, Counter>,
+    pub peer_discovery_sync_errors: Family<TypeLabels, Counter>,
+    pub discovery_nopeer_requests: Counter,
+    pub requests: Family<RequestLabels, Counter>,
+    pub request_duration: HistogramFamily<RouteLabels>,
+    pub cache_lookups: Family<ResultLabels, Counter>,
+    pub cache_lookup_duration: HistogramFamily<ResultLabels>,
+    pub merges: Family<ResultLabels, Counter>,
+    pub merge_duration: Histogram,
+    pub peer_fetch_duration: HistogramFamily<PeerLabels>,
+    pub peer_up: Family<PeerLabels, Gauge>,
+    pub discovery_resources: Family<ServerLabels, Gauge>,
+}
+
+impl Metrics {
+    /// Creates the families and registers them under `mvproxy_` in `registry`.
+    pub fn register(registry: &mut Registry) -> Self {
+        let m = Self {
+            rerouted_requests: Family::default(),
+            peer_proxy_errors: Family::default(),
+            peer_discovery_sync_errors: Family::default(),
+            discovery_nopeer_requests: Counter::default(),
+            requests: Family::default(),
+            request_duration: Family::new_with_constructor(request_histogram),
+            cache_lookups: Family::default(),
+            cache_lookup_duration: Family::new_with_constructor(fast_histogram),
+            merges: Family::default(),
+            merge_duration: fast_histogram(),
+            peer_fetch_duration: Family::new_with_constructor(fetch_histogram),
+            peer_up: Family::default(),
+            discovery_resources: Family::default(),
+        };
+        let r = registry.sub_registry_with_prefix("mvproxy");
+        r.register(
+            "rerouted_request",
+            "Requests forwarded to a peer API server, by final status code and GVR",
+            m.rerouted_requests.clone(),
+        );
+        r.register(
+            "peer_proxy_errors",
+            "Requests that could not be forwarded to a peer, by error type and GVR",
+            m.peer_proxy_errors.clone(),
+        );
+        r.register(
+            "peer_discovery_sync_errors",
+            "Failed syncs of peer discovery, by error type",
+            m.peer_discovery_sync_errors.clone(),
+        );
+        r.register(
+            "discovery_nopeer_requests",
+            "Discovery requests that asked for the local server only (profile=nopeer)",
+            m.discovery_nopeer_requests.clone(),
+        );
+        r.register(
+            "requests",
+            "Requests received, by route, reason, peer, status code and method",
+            m.requests.clone(),
+        );
+        r.register_with_unit(
+            "request_duration",
+            "Time from request received to response headers sent, by route and peer",
+            Unit::Seconds,
+            m.request_duration.clone(),
+        );
+        r.register(
+            "discovery_cache_lookups",
+            "Routing-index lookups of a GVR: hit when some server serves it, miss otherwise",
+            m.cache_lookups.clone(),
+        );
+        r.register_with_unit(
+            "discovery_cache_lookup_duration",
+            "Time of one routing-index lookup",
+            Unit::Seconds,
+            m.cache_lookup_duration.clone(),
+        );
+        r.register(
+            "discovery_merges",
+            "Merged /apis documents served: hit from cache, miss when rebuilt",
+            m.merges.clone(),
+        );
+        r.register_with_unit(
+            "discovery_merge_duration",
+            "Time to rebuild the merged /apis document",
+            Unit::Seconds,
+            m.merge_duration.clone(),
+        );
+        r.register_with_unit(
+            "peer_discovery_fetch_duration",
+            "Time to fetch one server's discovery (/api and /apis)",
+            Unit::Seconds,
+            m.peer_fetch_duration.clone(),
+        );
+        r.register(
+            "peer_up",
+            "1 if the last discovery fetch of the server succeeded",
+            m.peer_up.clone(),
+        );
+        r.register(
+            "discovery_resources",
+            "GVRs each server serves, as last fetched",
+            m.discovery_resources.clone(),
+        );
+        m
+    }
+}
+
+/// `Content-Type` of the classic Prometheus text format.
+pub const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
+/// `Content-Type` of OpenMetrics text.
+pub const OPENMETRICS_TEXT: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// Encodes the registry: OpenMetrics when `openmetrics`, else the classic text format.
+pub fn encode(registry: &Registry, openmetrics: bool) -> Result<(String, &'static str), std::fmt::Error> {
+    let mut out = String::new();
+    if openmetrics {
+        prometheus_client::encoding::text::encode(&mut out, registry)?;
+        Ok((out, OPENMETRICS_TEXT))
+    } else {
+        prometheus_client::encoding::prometheus_text::encode(&mut out, registry)?;
+        Ok((out, PROMETHEUS_TEXT))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_family_of_the_contract_is_exposed_with_its_name() {
+        let mut registry = Registry::default();
+        let m = Metrics::register(&mut registry);
+        m.discovery_nopeer_requests.inc();
+        m.rerouted_requests
+            .get_or_create(&RerouteLabels {
+                code: 200,
+                group: "resource.k8s.io".into(),
+                version: "v1beta2".into(),
+                resource: "resourceclaims".into(),
+            })
+            .inc();
+        m.merge_duration.observe(0.0001);
+        m.peer_proxy_errors
+            .get_or_create(&PeerErrorLabels {
+                r#type: "proxy_transport",
+                group: String::new(),
+                version: "v1".into(),
+                resource: "pods".into(),
+            })
+            .inc();
+        m.peer_discovery_sync_errors
+            .get_or_create(&TypeLabels {
+                r#type: "fetch_discovery",
+            })
+            .inc();
+        let route = RouteLabels {
+            route: "peer",
+            peer: "b".into(),
+        };
+        m.requests
+            .get_or_create(&RequestLabels {
+                route: route.route,
+                reason: "peer_only",
+                peer: route.peer.clone(),
+                code: 200,
+                method: "GET",
+            })
+            .inc();
+        m.request_duration.get_or_create(&route).observe(0.02);
+        let hit = ResultLabels { result: "hit" };
+        m.cache_lookups.get_or_create(&hit).inc();
+        m.cache_lookup_duration.get_or_create(&hit).observe(0.00001);
+        m.merges.get_or_create(&hit).inc();
+        let peer = PeerLabels { peer: "b".into() };
+        m.peer_fetch_duration.get_or_create(&peer).observe(0.1);
+        m.peer_up.get_or_create(&peer).set(1);
+        m.discovery_resources
+            .get_or_create(&ServerLabels { server: "a".into() })
+            .set(42);
+        let (text, _) = encode(&registry, false).unwrap();
+        for name in [
+            "mvproxy_rerouted_request_total{code=\"200\",group=\"resource.k8s.io\",version=\"v1beta2\",resource=\"resourceclaims\"} 1",
+            "mvproxy_discovery_nopeer_requests_total 1",
+            "mvproxy_peer_proxy_errors_total{type=\"proxy_transport\",group=\"\",version=\"v1\",resource=\"pods\"} 1",
+            "mvproxy_peer_discovery_sync_errors_total{type=\"fetch_discovery\"} 1",
+            "mvproxy_requests_total{route=\"peer\",reason=\"peer_only\",peer=\"b\",code=\"200\",method=\"GET\"} 1",
+            "mvproxy_request_duration_seconds_bucket{route=\"peer\",peer=\"b\",le=\"0.03\"} 1",
+            "mvproxy_request_duration_seconds_bucket{route=\"peer\",peer=\"b\",le=\"0.015\"} 0",
+            "mvproxy_discovery_cache_lookups_total{result=\"hit\"} 1",
+            "mvproxy_discovery_cache_lookup_duration_seconds_bucket{result=\"hit\",le=\"1e-05\"} 1",
+            "mvproxy_discovery_merges_total{result=\"hit\"} 1",
+            "mvproxy_discovery_merge_duration_seconds_bucket{le=\"0.00025\"} 1",
+            "mvproxy_peer_discovery_fetch_duration_seconds_count{peer=\"b\"} 1",
+            "mvproxy_peer_up{peer=\"b\"} 1",
+            "mvproxy_discovery_resources{server=\"a\"} 42",
+        ] {
+            assert!(text.contains(name), "missing {name:?} in\n{text}");
+        }
+        let (om, ct) = encode(&registry, true).unwrap();
+        assert!(om.ends_with("# EOF\n"));
+        assert!(ct.starts_with("application/openmetrics-text"));
+    }
+}
