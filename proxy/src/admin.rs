@@ -104,11 +104,17 @@ fn server_json(s: &ServerState) -> serde_json::Value {
 /// GVRs that some seen servers serve and others do not, with the servers that serve each.
 fn skew(servers: &[ServerState]) -> Vec<serde_json::Value> {
     use std::collections::BTreeMap;
-    let seen: Vec<_> = servers.iter().filter_map(|s| s.view.as_ref().map(|v| (s, v))).collect();
+    let seen: Vec<_> = servers
+        .iter()
+        .filter_map(|s| s.view.as_ref().map(|v| (s, v)))
+        .collect();
     let mut by_gvr: BTreeMap<String, Vec<&str>> = BTreeMap::new();
     for (s, v) in &seen {
         for gvr in v.gvrs() {
-            by_gvr.entry(gvr.to_string()).or_default().push(s.name.as_str());
+            by_gvr
+                .entry(gvr.to_string())
+                .or_default()
+                .push(s.name.as_str());
         }
     }
     by_gvr

@@ -68,7 +68,10 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
         .proxy_client_cert
         .as_ref()
         .map(|(c, k)| (c.as_path(), k.as_path()));
-    let local_ca = config.local_ca_file.as_ref().or(config.peer_ca_file.as_ref());
+    let local_ca = config
+        .local_ca_file
+        .as_ref()
+        .or(config.peer_ca_file.as_ref());
     let local_settings = ClientSettings {
         tls: local_ca
             .map(|ca| tls::client_config(ca, client_cert))
@@ -111,7 +114,9 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
         metrics.clone(),
     );
     let acceptor = match &config.serving_tls {
-        Some(t) => Some(TlsAcceptor::from(Arc::new(tls::server_config(&t.cert, &t.key)?))),
+        Some(t) => Some(TlsAcceptor::from(Arc::new(tls::server_config(
+            &t.cert, &t.key,
+        )?))),
         None => None,
     };
     let listener = server::bind(config.listen).await?;

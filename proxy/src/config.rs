@@ -190,7 +190,11 @@ impl ServeArgs {
             listen: self.listen.or(file.listen),
             admin_listen: self.admin_listen.or(file.admin_listen),
             local: self.local.or(file.local),
-            peers: if self.peers.is_empty() { file.peers } else { self.peers },
+            peers: if self.peers.is_empty() {
+                file.peers
+            } else {
+                self.peers
+            },
             server_id: self.server_id.or(file.server_id),
             config: self.config,
             tls_cert_file: self.tls_cert_file.or(file.tls_cert_file),
@@ -212,8 +216,12 @@ impl ServeArgs {
                 self.requestheader_allowed_names
             },
             log_format: self.log_format.or(file.log_format),
-            refresh_interval_seconds: self.refresh_interval_seconds.or(file.refresh_interval_seconds),
-            connect_timeout_seconds: self.connect_timeout_seconds.or(file.connect_timeout_seconds),
+            refresh_interval_seconds: self
+                .refresh_interval_seconds
+                .or(file.refresh_interval_seconds),
+            connect_timeout_seconds: self
+                .connect_timeout_seconds
+                .or(file.connect_timeout_seconds),
             response_header_timeout_seconds: self
                 .response_header_timeout_seconds
                 .or(file.response_header_timeout_seconds),
@@ -227,9 +235,15 @@ impl ServeArgs {
             self.admin_listen.as_deref().unwrap_or("127.0.0.1:9090"),
         )?;
         if listen == admin_listen && listen.port() != 0 {
-            return Err(err("admin-listen", format!("{admin_listen} is also --listen")));
+            return Err(err(
+                "admin-listen",
+                format!("{admin_listen} is also --listen"),
+            ));
         }
-        let local_raw = self.local.as_deref().ok_or_else(|| err("local", "required: the URL of the local API server"))?;
+        let local_raw = self
+            .local
+            .as_deref()
+            .ok_or_else(|| err("local", "required: the URL of the local API server"))?;
         let local = url("local", local_raw)?;
         let server_id = name("server-id", self.server_id.as_deref().unwrap_or("local"))?;
 
@@ -246,10 +260,16 @@ impl ServeArgs {
                 return Err(err("peer", format!("duplicate peer name {n:?}")));
             }
             if peer.name == server_id {
-                return Err(err("peer", format!("peer name {n:?} is this server's --server-id")));
+                return Err(err(
+                    "peer",
+                    format!("peer name {n:?} is this server's --server-id"),
+                ));
             }
             if same_endpoint(&peer.url, &local) {
-                return Err(err("peer", format!("peer {n:?} has the local server's URL {local}")));
+                return Err(err(
+                    "peer",
+                    format!("peer {n:?} has the local server's URL {local}"),
+                ));
             }
             peers.push(peer);
         }
@@ -272,10 +292,16 @@ impl ServeArgs {
             }
             (None, None) => None,
             (Some(_), None) => {
-                return Err(err("proxy-client-key-file", "required with --proxy-client-cert-file"));
+                return Err(err(
+                    "proxy-client-key-file",
+                    "required with --proxy-client-cert-file",
+                ));
             }
             (None, Some(_)) => {
-                return Err(err("proxy-client-cert-file", "required with --proxy-client-key-file"));
+                return Err(err(
+                    "proxy-client-cert-file",
+                    "required with --proxy-client-key-file",
+                ));
             }
         };
         for (field, file) in [
@@ -290,39 +316,60 @@ impl ServeArgs {
             && self.local_ca_file.is_none()
             && self.peer_ca_file.is_none()
         {
-            return Err(err("local-ca-file", "required for an https:// local server (or give --peer-ca-file)"));
+            return Err(err(
+                "local-ca-file",
+                "required for an https:// local server (or give --peer-ca-file)",
+            ));
         }
         if let Some(p) = peers.iter().find(|p| p.url.scheme_str() == Some("https"))
             && self.peer_ca_file.is_none()
         {
-            return Err(err("peer-ca-file", format!("required for https:// peer {}", p.name)));
+            return Err(err(
+                "peer-ca-file",
+                format!("required for https:// peer {}", p.name),
+            ));
         }
         if self.identity.unwrap_or_default() != IdentityMode::Passthrough {
-            return Err(err("identity", "front-proxy is not available in this version; use passthrough"));
+            return Err(err(
+                "identity",
+                "front-proxy is not available in this version; use passthrough",
+            ));
         }
         if self.peer_source.unwrap_or_default() != PeerSource::Static {
-            return Err(err("peer-source", "only static peers are available in this version"));
+            return Err(err(
+                "peer-source",
+                "only static peers are available in this version",
+            ));
         }
         if self.client_ca_file.is_some() {
-            return Err(err("client-ca-file", "needs --identity front-proxy, not available in this version"));
+            return Err(err(
+                "client-ca-file",
+                "needs --identity front-proxy, not available in this version",
+            ));
         }
-        if self.requestheader_client_ca_file.is_some() || !self.requestheader_allowed_names.is_empty() {
+        if self.requestheader_client_ca_file.is_some()
+            || !self.requestheader_allowed_names.is_empty()
+        {
             return Err(err(
                 "requestheader-client-ca-file",
                 "needs --identity front-proxy, not available in this version",
             ));
         }
-        let seconds = |field: &str, v: Option<u64>, default: u64| -> Result<Duration, ConfigError> {
-            match v.unwrap_or(default) {
-                0 => Err(err(field, "must be at least 1")),
-                s => Ok(Duration::from_secs(s)),
-            }
-        };
+        let seconds =
+            |field: &str, v: Option<u64>, default: u64| -> Result<Duration, ConfigError> {
+                match v.unwrap_or(default) {
+                    0 => Err(err(field, "must be at least 1")),
+                    s => Ok(Duration::from_secs(s)),
+                }
+            };
         let peer_server_name = self
             .peer_server_name
             .unwrap_or_else(|| "kubernetes.default.svc".to_owned());
         if rustls::pki_types::ServerName::try_from(peer_server_name.as_str()).is_err() {
-            return Err(err("peer-server-name", format!("{peer_server_name:?} is not a DNS name or IP address")));
+            return Err(err(
+                "peer-server-name",
+                format!("{peer_server_name:?} is not a DNS name or IP address"),
+            ));
         }
         Ok(Config {
             listen,
@@ -336,7 +383,11 @@ impl ServeArgs {
             peer_server_name,
             proxy_client_cert,
             log_format: self.log_format.unwrap_or_default(),
-            refresh_interval: seconds("refresh-interval-seconds", self.refresh_interval_seconds, 30)?,
+            refresh_interval: seconds(
+                "refresh-interval-seconds",
+                self.refresh_interval_seconds,
+                30,
+            )?,
             connect_timeout: seconds("connect-timeout-seconds", self.connect_timeout_seconds, 5)?,
             response_header_timeout: seconds(
                 "response-header-timeout-seconds",
@@ -368,15 +419,26 @@ fn url(field: &str, s: &str) -> Result<Uri, ConfigError> {
     match uri.scheme_str() {
         Some("http" | "https") => {}
         Some(other) => {
-            return Err(err(field, format!("{s:?}: unsupported scheme {other:?} (use http or https)")));
+            return Err(err(
+                field,
+                format!("{s:?}: unsupported scheme {other:?} (use http or https)"),
+            ));
         }
-        None => return Err(err(field, format!("{s:?} has no scheme (use http:// or https://)"))),
+        None => {
+            return Err(err(
+                field,
+                format!("{s:?} has no scheme (use http:// or https://)"),
+            ));
+        }
     }
     if uri.host().is_none_or(str::is_empty) {
         return Err(err(field, format!("{s:?} has no host")));
     }
     if uri.path_and_query().is_some_and(|p| p.as_str() != "/") {
-        return Err(err(field, format!("{s:?}: a path is not supported, give scheme://host:port")));
+        return Err(err(
+            field,
+            format!("{s:?}: a path is not supported, give scheme://host:port"),
+        ));
     }
     Ok(uri)
 }
@@ -384,11 +446,15 @@ fn url(field: &str, s: &str) -> Result<Uri, ConfigError> {
 fn name(field: &str, s: &str) -> Result<ServerName, ConfigError> {
     let ok = !s.is_empty()
         && s.len() <= 253
-        && s.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_'));
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_'));
     if ok {
         Ok(ServerName::from(s))
     } else {
-        Err(err(field, format!("{s:?} is not a valid name (letters, digits, '-', '.', '_')")))
+        Err(err(
+            field,
+            format!("{s:?} is not a valid name (letters, digits, '-', '.', '_')"),
+        ))
     }
 }
 
@@ -400,8 +466,11 @@ fn readable(field: &str, path: &Path) -> Result<(), ConfigError> {
 
 fn same_endpoint(a: &Uri, b: &Uri) -> bool {
     let port = |u: &Uri| {
-        u.port_u16()
-            .unwrap_or(if u.scheme_str() == Some("https") { 443 } else { 80 })
+        u.port_u16().unwrap_or(if u.scheme_str() == Some("https") {
+            443
+        } else {
+            80
+        })
     };
     a.scheme_str() == b.scheme_str() && a.host() == b.host() && port(a) == port(b)
 }

@@ -22,7 +22,9 @@ pub enum ProxyError {
     },
     /// No known server serves the resource, but some peer has never been reached, so mvproxy
     /// cannot rule out that it does: a 404 here could make a controller delete objects.
-    #[error("{gvr} is not served by any reachable server and peer {peer} has not been reached yet ({cause}); retry later")]
+    #[error(
+        "{gvr} is not served by any reachable server and peer {peer} has not been reached yet ({cause}); retry later"
+    )]
     SurfaceUnknown {
         gvr: String,
         peer: ServerName,
@@ -140,7 +142,10 @@ mod tests {
         assert_eq!(v["reason"], "ServiceUnavailable");
         assert_eq!(v["code"], 503);
         let msg = v["message"].as_str().unwrap();
-        assert!(msg.contains("apiserver-b") && msg.contains("connection refused"), "{msg}");
+        assert!(
+            msg.contains("apiserver-b") && msg.contains("connection refused"),
+            "{msg}"
+        );
     }
 
     #[test]
@@ -165,12 +170,7 @@ mod tests {
                 "ServiceUnavailable",
                 Some("proxy_transport"),
             ),
-            (
-                ProxyError::BadRequest("x".into()),
-                400,
-                "BadRequest",
-                None,
-            ),
+            (ProxyError::BadRequest("x".into()), 400, "BadRequest", None),
         ];
         for (e, code, reason, ty) in cases {
             assert_eq!(e.status().as_u16(), code, "{e}");

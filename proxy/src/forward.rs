@@ -33,7 +33,9 @@ pub type Body = BoxBody<Bytes, BoxError>;
 
 /// A body holding `bytes`.
 pub fn full(bytes: impl Into<Bytes>) -> Body {
-    Full::new(bytes.into()).map_err(|never| match never {}).boxed()
+    Full::new(bytes.into())
+        .map_err(|never| match never {})
+        .boxed()
 }
 
 /// An empty body.
@@ -163,7 +165,10 @@ impl Upstream {
         Ok((parts.status, parts.headers, body))
     }
 
-    async fn send(&self, req: Request<Body>) -> Result<Response<hyper::body::Incoming>, ProxyError> {
+    async fn send(
+        &self,
+        req: Request<Body>,
+    ) -> Result<Response<hyper::body::Incoming>, ProxyError> {
         match tokio::time::timeout(self.response_header_timeout, self.client.request(req)).await {
             Ok(Ok(resp)) => Ok(resp),
             Ok(Err(e)) => Err(ProxyError::Transport {
@@ -269,11 +274,17 @@ mod tests {
     #[test]
     fn hop_by_hop_headers_are_dropped_and_end_to_end_ones_kept() {
         let mut h = HeaderMap::new();
-        h.insert(header::CONNECTION, HeaderValue::from_static("keep-alive, x-secret-hop"));
+        h.insert(
+            header::CONNECTION,
+            HeaderValue::from_static("keep-alive, x-secret-hop"),
+        );
         h.insert("keep-alive", HeaderValue::from_static("timeout=5"));
         h.insert("x-secret-hop", HeaderValue::from_static("1"));
         h.insert(header::TE, HeaderValue::from_static("trailers"));
-        h.insert(header::TRANSFER_ENCODING, HeaderValue::from_static("chunked"));
+        h.insert(
+            header::TRANSFER_ENCODING,
+            HeaderValue::from_static("chunked"),
+        );
         h.insert(header::AUTHORIZATION, HeaderValue::from_static("Bearer t"));
         h.insert("impersonate-user", HeaderValue::from_static("alice"));
         h.insert(header::ACCEPT, HeaderValue::from_static("application/json"));
@@ -294,6 +305,9 @@ mod tests {
         assert_eq!(h[header::UPGRADE], "SPDY/3.1");
         let mut plain = HeaderMap::new();
         plain.insert(header::UPGRADE, HeaderValue::from_static("h2c"));
-        assert!(!is_upgrade(&plain), "Upgrade without Connection: upgrade is not an upgrade");
+        assert!(
+            !is_upgrade(&plain),
+            "Upgrade without Connection: upgrade is not an upgrade"
+        );
     }
 }

@@ -17,7 +17,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Proxy one API server, routing what only a peer serves to that peer.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Validate a configuration file and exit (0 if valid, 2 if not).
     CheckConfig {
         /// The YAML file to check.
@@ -30,7 +30,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Serve(args) => {
-            let config = match args.load() {
+            let config = match (*args).load() {
                 Ok(c) => c,
                 Err(e) => return config_error(&e),
             };
@@ -87,7 +87,9 @@ fn config_error(e: &mvproxy::config::ConfigError) -> ExitCode {
 fn init_logs(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),

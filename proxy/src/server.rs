@@ -53,7 +53,9 @@ pub async fn handle(app: Arc<App>, req: Request<Incoming>) -> Response<Body> {
 
     let snap = app.cache.load();
     let lookup_start = Instant::now();
-    let route = decide(&info, &method, req.headers(), &snap, |n| fastrand::usize(..n));
+    let route = decide(&info, &method, req.headers(), &snap, |n| {
+        fastrand::usize(..n)
+    });
     record_lookup(&app, &info, &route, lookup_start.elapsed());
     if is_nopeer_discovery(&info, req.headers()) {
         app.metrics.discovery_nopeer_requests.inc();
@@ -79,7 +81,14 @@ pub async fn handle(app: Arc<App>, req: Request<Incoming>) -> Response<Body> {
         record_peer_error(&app.metrics, &info, &e);
         e.to_response().map(full)
     });
-    record(&app.metrics, &method, &info, &route, resp.status(), start.elapsed());
+    record(
+        &app.metrics,
+        &method,
+        &info,
+        &route,
+        resp.status(),
+        start.elapsed(),
+    );
     resp
 }
 
@@ -104,7 +113,9 @@ fn merged_discovery(
         })
         .inc();
     if !hit {
-        app.metrics.merge_duration.observe(merged.took.as_secs_f64());
+        app.metrics
+            .merge_duration
+            .observe(merged.took.as_secs_f64());
     }
     let (body, content_type) = match format {
         MergedFormat::Aggregated => (merged.aggregated.clone(), CONTENT_TYPE_V2),
@@ -142,7 +153,8 @@ fn record_lookup(app: &App, info: &RequestInfo, route: &Route, took: Duration) {
         return;
     }
     let hit = match route {
-        Route::Local(LocalReason::NoPeer) | Route::Unavailable(ProxyError::SurfaceUnknown { .. }) => false,
+        Route::Local(LocalReason::NoPeer)
+        | Route::Unavailable(ProxyError::SurfaceUnknown { .. }) => false,
         Route::Local(LocalReason::ServedLocally) | Route::Peer(_) | Route::Unavailable(_) => true,
         // not looked up: loop guard or not synced
         _ => return,
@@ -289,7 +301,8 @@ pub async fn serve(
                     }
                 },
                 None => {
-                    let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
+                    let conn =
+                        builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
                     watcher.watch(conn.into_owned()).await
                 }
             };
@@ -299,7 +312,10 @@ pub async fn serve(
         });
     }
     drop(listener);
-    if tokio::time::timeout(DRAIN_TIMEOUT, graceful.shutdown()).await.is_err() {
+    if tokio::time::timeout(DRAIN_TIMEOUT, graceful.shutdown())
+        .await
+        .is_err()
+    {
         tracing::warn!("connections still open after {DRAIN_TIMEOUT:?}; closing them");
     }
 }

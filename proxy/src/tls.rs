@@ -115,7 +115,10 @@ mod tests {
         let junk = dir.join("junk.pem");
         std::fs::write(&junk, "not pem").unwrap();
         let e = load_certs(&junk).unwrap_err().to_string();
-        assert!(e.contains("junk.pem") && e.contains("no certificate"), "{e}");
+        assert!(
+            e.contains("junk.pem") && e.contains("no certificate"),
+            "{e}"
+        );
         let e = load_key(&junk).unwrap_err().to_string();
         assert!(e.contains("junk.pem") && e.contains("private key"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();

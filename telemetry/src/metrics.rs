@@ -16,8 +16,8 @@ use prometheus_client::registry::{Registry, Unit};
 pub const REQUEST_BUCKETS: [f64; 9] = [0.005, 0.01, 0.015, 0.03, 0.05, 0.1, 0.3, 0.5, 1.0];
 /// Cache lookups and merges take microseconds: sub-millisecond buckets, then the request ones.
 pub const FAST_BUCKETS: [f64; 15] = [
-    0.000_005, 0.000_01, 0.000_025, 0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.005, 0.01,
-    0.03, 0.05, 0.1, 0.5, 1.0,
+    0.000_005, 0.000_01, 0.000_025, 0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.005, 0.01, 0.03,
+    0.05, 0.1, 0.5, 1.0,
 ];
 /// Discovery fetches cross the network and may take seconds.
 pub const FETCH_BUCKETS: [f64; 12] = [
@@ -213,7 +213,10 @@ pub const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
 pub const OPENMETRICS_TEXT: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// Encodes the registry: OpenMetrics when `openmetrics`, else the classic text format.
-pub fn encode(registry: &Registry, openmetrics: bool) -> Result<(String, &'static str), std::fmt::Error> {
+pub fn encode(
+    registry: &Registry,
+    openmetrics: bool,
+) -> Result<(String, &'static str), std::fmt::Error> {
     let mut out = String::new();
     if openmetrics {
         prometheus_client::encoding::text::encode(&mut out, registry)?;

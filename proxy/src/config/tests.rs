@@ -22,7 +22,9 @@ fn field_of(a: ServeArgs) -> String {
 
 #[test]
 fn defaults_for_a_minimal_config() {
-    let c = args("http://127.0.0.1:8080", &["b=http://127.0.0.1:8081"]).load().unwrap();
+    let c = args("http://127.0.0.1:8080", &["b=http://127.0.0.1:8081"])
+        .load()
+        .unwrap();
     assert_eq!(c.listen.to_string(), "127.0.0.1:6443");
     assert_eq!(c.admin_listen.to_string(), "127.0.0.1:9090");
     assert_eq!(c.server_id.as_str(), "local");
@@ -41,29 +43,106 @@ fn invalid_values_name_their_field() {
         (args("http://127.0.0.1:8080/prefix", &[]), "local"),
         (args("http://127.0.0.1:8080", &["b"]), "peer"),
         (args("http://127.0.0.1:8080", &["b=gopher://x:1"]), "peer"),
-        (args("http://127.0.0.1:8080", &["b=http://h:1", "b=http://h:2"]), "peer"),
-        (args("http://127.0.0.1:8080", &["b=http://127.0.0.1:8080"]), "peer"),
-        (args("http://127.0.0.1:8080", &["local=http://127.0.0.1:1"]), "peer"),
-        (args("http://127.0.0.1:8080", &["bad name=http://127.0.0.1:1"]), "peer"),
-        (args("http://127.0.0.1:8080", &["b=https://127.0.0.1:1"]), "peer-ca-file"),
-        (args("https://127.0.0.1:8080", &[]), "local-ca-file"),
-        (ServeArgs { listen: Some("nope".into()), ..args("http://h:1", &[]) }, "listen"),
         (
-            ServeArgs { listen: Some("127.0.0.1:7000".into()), admin_listen: Some("127.0.0.1:7000".into()), ..args("http://h:1", &[]) },
+            args("http://127.0.0.1:8080", &["b=http://h:1", "b=http://h:2"]),
+            "peer",
+        ),
+        (
+            args("http://127.0.0.1:8080", &["b=http://127.0.0.1:8080"]),
+            "peer",
+        ),
+        (
+            args("http://127.0.0.1:8080", &["local=http://127.0.0.1:1"]),
+            "peer",
+        ),
+        (
+            args("http://127.0.0.1:8080", &["bad name=http://127.0.0.1:1"]),
+            "peer",
+        ),
+        (
+            args("http://127.0.0.1:8080", &["b=https://127.0.0.1:1"]),
+            "peer-ca-file",
+        ),
+        (args("https://127.0.0.1:8080", &[]), "local-ca-file"),
+        (
+            ServeArgs {
+                listen: Some("nope".into()),
+                ..args("http://h:1", &[])
+            },
+            "listen",
+        ),
+        (
+            ServeArgs {
+                listen: Some("127.0.0.1:7000".into()),
+                admin_listen: Some("127.0.0.1:7000".into()),
+                ..args("http://h:1", &[])
+            },
             "admin-listen",
         ),
-        (ServeArgs { tls_cert_file: Some("/etc/hostname".into()), ..args("http://h:1", &[]) }, "tls-key-file"),
         (
-            ServeArgs { tls_cert_file: Some("/nonexistent.crt".into()), tls_key_file: Some("/etc/hostname".into()), ..args("http://h:1", &[]) },
+            ServeArgs {
+                tls_cert_file: Some("/etc/hostname".into()),
+                ..args("http://h:1", &[])
+            },
+            "tls-key-file",
+        ),
+        (
+            ServeArgs {
+                tls_cert_file: Some("/nonexistent.crt".into()),
+                tls_key_file: Some("/etc/hostname".into()),
+                ..args("http://h:1", &[])
+            },
             "tls-cert-file",
         ),
-        (ServeArgs { proxy_client_cert_file: Some("/etc/hostname".into()), ..args("http://h:1", &[]) }, "proxy-client-key-file"),
-        (ServeArgs { peer_ca_file: Some("/nonexistent/ca.crt".into()), ..args("http://h:1", &[]) }, "peer-ca-file"),
-        (ServeArgs { refresh_interval_seconds: Some(0), ..args("http://h:1", &[]) }, "refresh-interval-seconds"),
-        (ServeArgs { identity: Some(IdentityMode::FrontProxy), ..args("http://h:1", &[]) }, "identity"),
-        (ServeArgs { peer_source: Some(PeerSource::Leases), ..args("http://h:1", &[]) }, "peer-source"),
-        (ServeArgs { server_id: Some(String::new()), ..args("http://h:1", &[]) }, "server-id"),
-        (ServeArgs { peer_server_name: Some("not a name!".into()), ..args("http://h:1", &[]) }, "peer-server-name"),
+        (
+            ServeArgs {
+                proxy_client_cert_file: Some("/etc/hostname".into()),
+                ..args("http://h:1", &[])
+            },
+            "proxy-client-key-file",
+        ),
+        (
+            ServeArgs {
+                peer_ca_file: Some("/nonexistent/ca.crt".into()),
+                ..args("http://h:1", &[])
+            },
+            "peer-ca-file",
+        ),
+        (
+            ServeArgs {
+                refresh_interval_seconds: Some(0),
+                ..args("http://h:1", &[])
+            },
+            "refresh-interval-seconds",
+        ),
+        (
+            ServeArgs {
+                identity: Some(IdentityMode::FrontProxy),
+                ..args("http://h:1", &[])
+            },
+            "identity",
+        ),
+        (
+            ServeArgs {
+                peer_source: Some(PeerSource::Leases),
+                ..args("http://h:1", &[])
+            },
+            "peer-source",
+        ),
+        (
+            ServeArgs {
+                server_id: Some(String::new()),
+                ..args("http://h:1", &[])
+            },
+            "server-id",
+        ),
+        (
+            ServeArgs {
+                peer_server_name: Some("not a name!".into()),
+                ..args("http://h:1", &[])
+            },
+            "peer-server-name",
+        ),
     ];
     for (a, want) in cases {
         let shown = format!("{a:?}");
@@ -81,19 +160,36 @@ fn yaml_file_is_read_and_flags_win() {
         "local: http://127.0.0.1:8080\nserver-id: apiserver-a\npeers:\n  - apiserver-b=http://127.0.0.1:8081\nlisten: 127.0.0.1:7443\n",
     )
     .unwrap();
-    let c = ServeArgs { config: Some(file.clone()), listen: Some("127.0.0.1:7444".into()), ..ServeArgs::default() }
-        .load()
-        .unwrap();
+    let c = ServeArgs {
+        config: Some(file.clone()),
+        listen: Some("127.0.0.1:7444".into()),
+        ..ServeArgs::default()
+    }
+    .load()
+    .unwrap();
     assert_eq!(c.listen.to_string(), "127.0.0.1:7444", "the flag wins");
     assert_eq!(c.server_id.as_str(), "apiserver-a");
     assert_eq!(c.peers[0].name.as_str(), "apiserver-b");
 
     std::fs::write(&file, "local: http://127.0.0.1:8080\nlisten-addr: 1\n").unwrap();
-    let e = ServeArgs { config: Some(file.clone()), ..ServeArgs::default() }.load().unwrap_err();
+    let e = ServeArgs {
+        config: Some(file.clone()),
+        ..ServeArgs::default()
+    }
+    .load()
+    .unwrap_err();
     assert_eq!(e.field, "config");
-    assert!(e.why.contains("listen-addr"), "the unknown key is named: {e}");
+    assert!(
+        e.why.contains("listen-addr"),
+        "the unknown key is named: {e}"
+    );
 
-    let e = ServeArgs { config: Some(dir.join("missing.yaml")), ..ServeArgs::default() }.load().unwrap_err();
+    let e = ServeArgs {
+        config: Some(dir.join("missing.yaml")),
+        ..ServeArgs::default()
+    }
+    .load()
+    .unwrap_err();
     assert_eq!(e.field, "config");
     std::fs::remove_dir_all(&dir).unwrap();
 }

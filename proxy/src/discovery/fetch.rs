@@ -95,7 +95,10 @@ async fn get(up: &Upstream, path: &str, accept: &str) -> Result<Document, String
 /// `Some(true)` for v2, `Some(false)` for v2beta1, `None` for anything else.
 fn aggregated_version(headers: &HeaderMap) -> Option<bool> {
     let ct = headers.get(header::CONTENT_TYPE)?.to_str().ok()?;
-    let mut params = ct.split(';').skip(1).filter_map(|p| p.trim().split_once('='));
+    let mut params = ct
+        .split(';')
+        .skip(1)
+        .filter_map(|p| p.trim().split_once('='));
     let (mut g, mut v, mut kind) = (None, None, None);
     for (key, value) in params.by_ref() {
         match key {
@@ -127,10 +130,19 @@ mod tests {
     #[test]
     fn aggregated_content_types() {
         let cases = [
-            ("application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList", Some(true)),
-            ("application/json; as=APIGroupDiscoveryList; v=v2beta1; g=apidiscovery.k8s.io", Some(false)),
+            (
+                "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList",
+                Some(true),
+            ),
+            (
+                "application/json; as=APIGroupDiscoveryList; v=v2beta1; g=apidiscovery.k8s.io",
+                Some(false),
+            ),
             ("application/json", None),
-            ("application/json;g=apidiscovery.k8s.io;v=v3;as=APIGroupDiscoveryList", None),
+            (
+                "application/json;g=apidiscovery.k8s.io;v=v3;as=APIGroupDiscoveryList",
+                None,
+            ),
             ("text/plain", None),
         ];
         for (ct, want) in cases {

@@ -110,7 +110,10 @@ pub fn resource_list(group: &str, version: &ApiVersionDiscovery) -> ApiResourceL
 
 /// Builds the aggregated form of a group from its legacy resource lists, versions in the
 /// order given (preferred first), as an old release would have served it.
-pub fn group_from_legacy(name: &str, versions: Vec<(String, ApiResourceList)>) -> ApiGroupDiscovery {
+pub fn group_from_legacy(
+    name: &str,
+    versions: Vec<(String, ApiResourceList)>,
+) -> ApiGroupDiscovery {
     ApiGroupDiscovery {
         metadata: ObjectMeta {
             name: name.to_owned(),
@@ -197,7 +200,10 @@ mod tests {
             .iter()
             .map(|s| s.subresource.as_str())
             .collect();
-        assert!(subs.contains(&"scale") && subs.contains(&"status"), "{subs:?}");
+        assert!(
+            subs.contains(&"scale") && subs.contains(&"status"),
+            "{subs:?}"
+        );
 
         let back = resource_list("apps", &group.versions[0]);
         let names = |l: &ApiResourceList| {
@@ -238,10 +244,8 @@ mod tests {
 
     #[test]
     fn group_list_leaves_out_core_and_keeps_order() {
-        let doc: super::super::types::ApiGroupDiscoveryList = serde_json::from_str(&fixture(
-            "kube-apiserver-1.34-dev/aggregated_v2.json",
-        ))
-        .unwrap();
+        let doc: super::super::types::ApiGroupDiscoveryList =
+            serde_json::from_str(&fixture("kube-apiserver-1.34-dev/aggregated_v2.json")).unwrap();
         let list = group_list(&doc.items);
         let names: Vec<_> = list.groups.iter().map(|g| g.name.as_str()).collect();
         let want: Vec<_> = doc.items.iter().map(|g| g.name()).collect();

@@ -41,7 +41,10 @@ pub fn negotiate(accept: Option<&HeaderValue>) -> DiscoveryFormat {
 fn media_range(range: &str) -> Option<DiscoveryFormat> {
     let mut parts = range.split(';').map(str::trim);
     let media_type = parts.next()?.to_ascii_lowercase();
-    if !matches!(media_type.as_str(), "application/json" | "application/*" | "*/*") {
+    if !matches!(
+        media_type.as_str(),
+        "application/json" | "application/*" | "*/*"
+    ) {
         return None;
     }
     let (mut group, mut version, mut kind, mut profile) = (None, None, None, None);
@@ -86,28 +89,47 @@ mod tests {
             (Some("*/*"), Legacy),
             // client-go 1.30–1.36 (kubectl)
             (
-                Some("application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json"),
+                Some(
+                    "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json",
+                ),
                 AggregatedV2 { nopeer: false },
             ),
             // client-go 1.26–1.29
             (
-                Some("application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json"),
+                Some(
+                    "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json",
+                ),
                 AggregatedV2Beta1,
             ),
             // NoPeerDiscovery=true, and parameters in another order
-            (Some(super::super::types::ACCEPT_NOPEER), AggregatedV2 { nopeer: true }),
             (
-                Some("application/json;as=APIGroupDiscoveryList;profile=nopeer;v=v2;g=apidiscovery.k8s.io"),
+                Some(super::super::types::ACCEPT_NOPEER),
+                AggregatedV2 { nopeer: true },
+            ),
+            (
+                Some(
+                    "application/json;as=APIGroupDiscoveryList;profile=nopeer;v=v2;g=apidiscovery.k8s.io",
+                ),
                 AggregatedV2 { nopeer: true },
             ),
             // protobuf first: skipped, the JSON range after it is used
             (
-                Some("application/vnd.kubernetes.protobuf;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"),
+                Some(
+                    "application/vnd.kubernetes.protobuf;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList",
+                ),
                 AggregatedV2 { nopeer: false },
             ),
             (Some("application/yaml"), Unsupported),
-            (Some("application/json;g=apidiscovery.k8s.io;v=v3;as=APIGroupDiscoveryList"), Unsupported),
-            (Some("application/json;q=0,application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"), AggregatedV2 { nopeer: false }),
+            (
+                Some("application/json;g=apidiscovery.k8s.io;v=v3;as=APIGroupDiscoveryList"),
+                Unsupported,
+            ),
+            (
+                Some(
+                    "application/json;q=0,application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList",
+                ),
+                AggregatedV2 { nopeer: false },
+            ),
             (Some(""), Unsupported),
         ];
         for (accept, want) in cases {

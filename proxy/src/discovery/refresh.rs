@@ -21,8 +21,8 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use super::fetch::fetch;
-use super::snapshot::{GroupVersion, ServerState, ServerView, Snapshot};
 use super::snapshot;
+use super::snapshot::{GroupVersion, ServerState, ServerView, Snapshot};
 use crate::forward::Upstream;
 
 /// How long a group-version that stopped being local-only stays excluded (upstream's default).
@@ -71,8 +71,14 @@ impl Cache {
     ) -> Arc<Self> {
         let mut states = Vec::new();
         let mut servers = Vec::new();
-        for (up, is_local) in std::iter::once((local, true)).chain(peers.into_iter().map(|p| (p, false))) {
-            states.push(ServerState::new(up.name.clone(), up.base.to_string(), is_local));
+        for (up, is_local) in
+            std::iter::once((local, true)).chain(peers.into_iter().map(|p| (p, false)))
+        {
+            states.push(ServerState::new(
+                up.name.clone(),
+                up.base.to_string(),
+                is_local,
+            ));
             servers.push(Server {
                 upstream: up,
                 wake: Notify::new(),
@@ -174,7 +180,9 @@ impl Cache {
     fn lock(&self) -> MutexGuard<'_, State> {
         // A panic while holding the lock cannot leave State half-updated in a way that matters
         // more than stopping discovery altogether would.
-        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Records a fetch result and publishes a new snapshot if routing changed.
@@ -190,10 +198,9 @@ impl Cache {
             Ok(view) => {
                 s.up = true;
                 s.error = None;
-                let same = s
-                    .view
-                    .as_ref()
-                    .is_some_and(|old| old.core == view.core && old.apis == view.apis && old.apis_raw == view.apis_raw);
+                let same = s.view.as_ref().is_some_and(|old| {
+                    old.core == view.core && old.apis == view.apis && old.apis_raw == view.apis_raw
+                });
                 if !same {
                     s.view = Some(Arc::new(view));
                     changed = true;

@@ -66,7 +66,11 @@ pub struct ServerView {
 
 impl ServerView {
     /// Indexes the resources of `core` and `apis`.
-    pub fn new(core: Vec<ApiGroupDiscovery>, apis: Vec<ApiGroupDiscovery>, apis_raw: Option<Bytes>) -> Self {
+    pub fn new(
+        core: Vec<ApiGroupDiscovery>,
+        apis: Vec<ApiGroupDiscovery>,
+        apis_raw: Option<Bytes>,
+    ) -> Self {
         let mut gvrs = HashSet::new();
         for g in core.iter().chain(&apis) {
             for v in &g.versions {
@@ -105,7 +109,8 @@ impl ServerView {
 
     /// Whether the server serves the group-version.
     pub fn serves_gv(&self, group: &str, version: &str) -> bool {
-        self.groups().any(|g| g.name() == group && g.versions.iter().any(|v| v.version == version))
+        self.groups()
+            .any(|g| g.name() == group && g.versions.iter().any(|v| v.version == version))
     }
 
     fn groups(&self) -> impl Iterator<Item = &ApiGroupDiscovery> {
@@ -117,7 +122,11 @@ impl ServerView {
         self.apis
             .iter()
             .filter(|g| !BUILTIN_GROUPS.contains(&g.name()))
-            .flat_map(|g| g.versions.iter().map(|v| (g.name().to_owned(), v.version.clone())))
+            .flat_map(|g| {
+                g.versions
+                    .iter()
+                    .map(|v| (g.name().to_owned(), v.version.clone()))
+            })
     }
 
     /// The view with every excluded group-version removed (and groups left empty dropped).
@@ -328,23 +337,27 @@ impl Snapshot {
             .iter()
             .filter_map(|(n, p)| p.view.as_ref().map(|v| (n.as_str(), v.apis.as_slice())))
             .collect();
-        let (aggregated, etag, legacy) = match merge::merge(self.local_name.as_str(), &local.apis, &peers) {
-            Merged::Unchanged => {
-                let (body, etag) = match &local.apis_raw {
-                    Some(raw) => (raw.clone(), merge::etag_of(raw)),
-                    None => {
-                        let (b, e) = merge::encode_with_etag(&ApiGroupDiscoveryList::v2(local.apis.clone()));
-                        (Bytes::from(b), e)
-                    }
-                };
-                (body, etag, None)
-            }
-            Merged::Changed(items) => {
-                let legacy = serde_json::to_vec(&legacy::group_list(&items)).unwrap_or_default();
-                let (b, e) = merge::encode_with_etag(&ApiGroupDiscoveryList::v2(items));
-                (Bytes::from(b), e, Some(Bytes::from(legacy)))
-            }
-        };
+        let (aggregated, etag, legacy) =
+            match merge::merge(self.local_name.as_str(), &local.apis, &peers) {
+                Merged::Unchanged => {
+                    let (body, etag) = match &local.apis_raw {
+                        Some(raw) => (raw.clone(), merge::etag_of(raw)),
+                        None => {
+                            let (b, e) = merge::encode_with_etag(&ApiGroupDiscoveryList::v2(
+                                local.apis.clone(),
+                            ));
+                            (Bytes::from(b), e)
+                        }
+                    };
+                    (body, etag, None)
+                }
+                Merged::Changed(items) => {
+                    let legacy =
+                        serde_json::to_vec(&legacy::group_list(&items)).unwrap_or_default();
+                    let (b, e) = merge::encode_with_etag(&ApiGroupDiscoveryList::v2(items));
+                    (Bytes::from(b), e, Some(Bytes::from(legacy)))
+                }
+            };
         MergedApis {
             aggregated,
             etag,

@@ -14,7 +14,8 @@ pub const AGGREGATED_GROUP: &str = "apidiscovery.k8s.io";
 /// The list kind named in the `as=` media-type parameter.
 pub const AGGREGATED_KIND: &str = "APIGroupDiscoveryList";
 /// `Content-Type` of a v2 aggregated discovery response (upstream never echoes `profile`).
-pub const CONTENT_TYPE_V2: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
+pub const CONTENT_TYPE_V2: &str =
+    "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
 /// `Content-Type` of a v2beta1 aggregated discovery response.
 pub const CONTENT_TYPE_V2BETA1: &str =
     "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList";
@@ -182,7 +183,11 @@ fn api_group_list_kind() -> String {
 /// Legacy `APIGroup`, an item of `APIGroupList` and the body of `/apis/{group}`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ApiGroup {
-    #[serde(rename = "apiVersion", default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        rename = "apiVersion",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     pub api_version: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<String>,

@@ -7,7 +7,9 @@ use http::{HeaderMap, HeaderValue, Method};
 
 use super::*;
 use crate::classify::classify;
-use crate::discovery::types::{ApiGroupDiscovery, ApiResourceDiscovery, ApiVersionDiscovery, ObjectMeta};
+use crate::discovery::types::{
+    ApiGroupDiscovery, ApiResourceDiscovery, ApiVersionDiscovery, ObjectMeta,
+};
 use crate::discovery::{ServerState, ServerView};
 
 /// A view serving `gvrs` given as "group/version/resource" ("" group for core).
@@ -68,11 +70,21 @@ fn snapshot(servers: Vec<Server>) -> Snapshot {
 }
 
 fn local(gvrs: &[(&str, &str, &str)]) -> Server {
-    Server { name: "apiserver-a", local: true, up: true, view: Some(view(gvrs)) }
+    Server {
+        name: "apiserver-a",
+        local: true,
+        up: true,
+        view: Some(view(gvrs)),
+    }
 }
 
 fn peer(name: &'static str, up: bool, gvrs: &[(&str, &str, &str)]) -> Server {
-    Server { name, local: false, up, view: Some(view(gvrs)) }
+    Server {
+        name,
+        local: false,
+        up,
+        view: Some(view(gvrs)),
+    }
 }
 
 fn route(snap: &Snapshot, method: Method, path: &str, headers: &[(&str, &str)]) -> Route {
@@ -82,7 +94,10 @@ fn route(snap: &Snapshot, method: Method, path: &str, headers: &[(&str, &str)]) 
     };
     let mut h = HeaderMap::new();
     for (k, v) in headers {
-        h.insert(http::HeaderName::from_bytes(k.as_bytes()).unwrap(), HeaderValue::from_str(v).unwrap());
+        h.insert(
+            http::HeaderName::from_bytes(k.as_bytes()).unwrap(),
+            HeaderValue::from_str(v).unwrap(),
+        );
     }
     decide(&classify(&method, path, query), &method, &h, snap, |_| 0)
 }
@@ -93,14 +108,21 @@ const CLAIMS: (&str, &str, &str) = ("resource.k8s.io", "v1beta2", "resourceclaim
 const FLOWS: (&str, &str, &str) = ("flowcontrol.apiserver.k8s.io", "v1beta3", "flowschemas");
 
 fn two_servers() -> Snapshot {
-    snapshot(vec![local(&[PODS, DEPLOY, CLAIMS]), peer("apiserver-b", true, &[PODS, DEPLOY, FLOWS])])
+    snapshot(vec![
+        local(&[PODS, DEPLOY, CLAIMS]),
+        peer("apiserver-b", true, &[PODS, DEPLOY, FLOWS]),
+    ])
 }
 
 #[test]
 fn non_resource_goes_local() {
     let s = two_servers();
     for p in ["/healthz", "/version", "/openapi/v3", "/metrics", "/"] {
-        assert_eq!(route(&s, Method::GET, p, &[]), Route::Local(LocalReason::NonResource), "{p}");
+        assert_eq!(
+            route(&s, Method::GET, p, &[]),
+            Route::Local(LocalReason::NonResource),
+            "{p}"
+        );
     }
 }
 
@@ -113,17 +135,30 @@ fn already_proxied_goes_local_even_for_a_peer_only_resource() {
         Route::Local(LocalReason::AlreadyProxied)
     );
     // only the exact value "true" counts, as upstream
-    assert_eq!(route(&s, Method::GET, p, &[(PEER_PROXIED, "TRUE")]), Route::Peer("apiserver-b".into()));
+    assert_eq!(
+        route(&s, Method::GET, p, &[(PEER_PROXIED, "TRUE")]),
+        Route::Peer("apiserver-b".into())
+    );
 }
 
 #[test]
 fn not_synced_goes_local() {
     let s = snapshot(vec![
-        Server { name: "apiserver-a", local: true, up: false, view: None },
+        Server {
+            name: "apiserver-a",
+            local: true,
+            up: false,
+            view: None,
+        },
         peer("apiserver-b", true, &[FLOWS]),
     ]);
     assert_eq!(
-        route(&s, Method::GET, "/apis/flowcontrol.apiserver.k8s.io/v1beta3/flowschemas", &[]),
+        route(
+            &s,
+            Method::GET,
+            "/apis/flowcontrol.apiserver.k8s.io/v1beta3/flowschemas",
+            &[]
+        ),
         Route::Local(LocalReason::NotSynced)
     );
 }
@@ -131,8 +166,15 @@ fn not_synced_goes_local() {
 #[test]
 fn served_locally_never_leaves_even_if_a_peer_serves_it_too() {
     let s = two_servers();
-    for p in ["/api/v1/namespaces/default/pods", "/apis/apps/v1/namespaces/x/deployments/y/scale"] {
-        assert_eq!(route(&s, Method::GET, p, &[]), Route::Local(LocalReason::ServedLocally), "{p}");
+    for p in [
+        "/api/v1/namespaces/default/pods",
+        "/apis/apps/v1/namespaces/x/deployments/y/scale",
+    ] {
+        assert_eq!(
+            route(&s, Method::GET, p, &[]),
+            Route::Local(LocalReason::ServedLocally),
+            "{p}"
+        );
     }
 }
 
@@ -149,12 +191,28 @@ fn served_by_no_peer_goes_local_for_its_own_404() {
 fn peer_only_resource_goes_to_the_peer_whatever_the_subresource_or_verb() {
     let s = two_servers();
     for (m, p) in [
-        (Method::GET, "/apis/flowcontrol.apiserver.k8s.io/v1beta3/flowschemas"),
-        (Method::GET, "/apis/flowcontrol.apiserver.k8s.io/v1beta3/flowschemas/x/status"),
-        (Method::DELETE, "/apis/flowcontrol.apiserver.k8s.io/v1beta3/flowschemas/x"),
-        (Method::GET, "/apis/flowcontrol.apiserver.k8s.io/v1beta3/flowschemas?watch=true"),
+        (
+            Method::GET,
+            "/apis/flowcontrol.apiserver.k8s.io/v1beta3/flowschemas",
+        ),
+        (
+            Method::GET,
+            "/apis/flowcontrol.apiserver.k8s.io/v1beta3/flowschemas/x/status",
+        ),
+        (
+            Method::DELETE,
+            "/apis/flowcontrol.apiserver.k8s.io/v1beta3/flowschemas/x",
+        ),
+        (
+            Method::GET,
+            "/apis/flowcontrol.apiserver.k8s.io/v1beta3/flowschemas?watch=true",
+        ),
     ] {
-        assert_eq!(route(&s, m, p, &[]), Route::Peer("apiserver-b".into()), "{p}");
+        assert_eq!(
+            route(&s, m, p, &[]),
+            Route::Peer("apiserver-b".into()),
+            "{p}"
+        );
     }
 }
 
@@ -166,7 +224,11 @@ fn peer_choice_is_among_capable_peers_that_are_up() {
         peer("apiserver-c", false, &[FLOWS]),
         peer("apiserver-d", true, &[FLOWS]),
     ]);
-    let info = classify(&Method::GET, "/apis/flowcontrol.apiserver.k8s.io/v1beta3/flowschemas", None);
+    let info = classify(
+        &Method::GET,
+        "/apis/flowcontrol.apiserver.k8s.io/v1beta3/flowschemas",
+        None,
+    );
     let mut offered = 0;
     let r = decide(&info, &Method::GET, &HeaderMap::new(), &s, |n| {
         offered = n;
@@ -179,7 +241,12 @@ fn peer_choice_is_among_capable_peers_that_are_up() {
 #[test]
 fn every_capable_peer_down_is_a_503_never_a_404() {
     let s = snapshot(vec![local(&[PODS]), peer("apiserver-b", false, &[FLOWS])]);
-    match route(&s, Method::GET, "/apis/flowcontrol.apiserver.k8s.io/v1beta3/flowschemas", &[]) {
+    match route(
+        &s,
+        Method::GET,
+        "/apis/flowcontrol.apiserver.k8s.io/v1beta3/flowschemas",
+        &[],
+    ) {
         Route::Unavailable(e @ ProxyError::PeersDown { .. }) => {
             assert_eq!(e.status(), http::StatusCode::SERVICE_UNAVAILABLE);
             assert!(e.to_string().contains("apiserver-b"), "{e}");
@@ -192,14 +259,24 @@ fn every_capable_peer_down_is_a_503_never_a_404() {
 fn unknown_gvr_while_a_peer_was_never_seen_is_a_503_naming_it() {
     let s = snapshot(vec![
         local(&[PODS]),
-        Server { name: "apiserver-b", local: false, up: false, view: None },
+        Server {
+            name: "apiserver-b",
+            local: false,
+            up: false,
+            view: None,
+        },
     ]);
     match route(&s, Method::GET, "/apis/example.com/v1/widgets", &[]) {
-        Route::Unavailable(ProxyError::SurfaceUnknown { peer, .. }) => assert_eq!(peer.as_str(), "apiserver-b"),
+        Route::Unavailable(ProxyError::SurfaceUnknown { peer, .. }) => {
+            assert_eq!(peer.as_str(), "apiserver-b")
+        }
         other => panic!("{other:?}"),
     }
     // but what local serves is still served
-    assert_eq!(route(&s, Method::GET, "/api/v1/pods", &[]), Route::Local(LocalReason::ServedLocally));
+    assert_eq!(
+        route(&s, Method::GET, "/api/v1/pods", &[]),
+        Route::Local(LocalReason::ServedLocally)
+    );
 }
 
 #[test]
@@ -208,34 +285,94 @@ fn local_crd_group_versions_are_never_routed_to_peers() {
     // another resource in the same group-version: upstream's exclusion keeps it local.
     let s = snapshot(vec![
         local(&[PODS, ("example.com", "v1", "gadgets")]),
-        peer("apiserver-b", true, &[("example.com", "v1", "widgets"), ("example.com", "v2", "widgets")]),
+        peer(
+            "apiserver-b",
+            true,
+            &[
+                ("example.com", "v1", "widgets"),
+                ("example.com", "v2", "widgets"),
+            ],
+        ),
     ]);
-    assert_eq!(route(&s, Method::GET, "/apis/example.com/v1/widgets", &[]), Route::Local(LocalReason::NoPeer));
+    assert_eq!(
+        route(&s, Method::GET, "/apis/example.com/v1/widgets", &[]),
+        Route::Local(LocalReason::NoPeer)
+    );
     // a group-version local does not serve is not excluded
-    assert_eq!(route(&s, Method::GET, "/apis/example.com/v2/widgets", &[]), Route::Peer("apiserver-b".into()));
+    assert_eq!(
+        route(&s, Method::GET, "/apis/example.com/v2/widgets", &[]),
+        Route::Peer("apiserver-b".into())
+    );
 }
 
 #[test]
 fn discovery_routes() {
     let s = two_servers();
-    let v2 = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json";
-    let nopeer = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList;profile=nopeer";
+    let v2 =
+        "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json";
+    let nopeer =
+        "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList;profile=nopeer";
     let v2beta1 = "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList";
-    let cases: &[(&str, &[(&str, &str)], Route)] = &[
-        ("/apis", &[("accept", v2)], Route::Discovery(MergedFormat::Aggregated)),
-        ("/apis", &[("accept", "application/json")], Route::Discovery(MergedFormat::Legacy)),
-        ("/apis", &[("accept", nopeer)], Route::Local(LocalReason::NonResource)),
-        ("/apis", &[("accept", v2beta1)], Route::Local(LocalReason::NonResource)),
-        ("/apis", &[("accept", v2), (PEER_PROXIED, "true")], Route::Local(LocalReason::AlreadyProxied)),
-        ("/api", &[("accept", v2)], Route::Local(LocalReason::NonResource)),
+    type Case<'a> = (&'a str, &'a [(&'a str, &'a str)], Route);
+    let cases: &[Case<'_>] = &[
+        (
+            "/apis",
+            &[("accept", v2)],
+            Route::Discovery(MergedFormat::Aggregated),
+        ),
+        (
+            "/apis",
+            &[("accept", "application/json")],
+            Route::Discovery(MergedFormat::Legacy),
+        ),
+        (
+            "/apis",
+            &[("accept", nopeer)],
+            Route::Local(LocalReason::NonResource),
+        ),
+        (
+            "/apis",
+            &[("accept", v2beta1)],
+            Route::Local(LocalReason::NonResource),
+        ),
+        (
+            "/apis",
+            &[("accept", v2), (PEER_PROXIED, "true")],
+            Route::Local(LocalReason::AlreadyProxied),
+        ),
+        (
+            "/api",
+            &[("accept", v2)],
+            Route::Local(LocalReason::NonResource),
+        ),
         ("/api/v1", &[], Route::Local(LocalReason::NonResource)),
         ("/apis/apps", &[], Route::Local(LocalReason::ServedLocally)),
-        ("/apis/flowcontrol.apiserver.k8s.io", &[], Route::Peer("apiserver-b".into())),
-        ("/apis/flowcontrol.apiserver.k8s.io/v1beta3", &[], Route::Peer("apiserver-b".into())),
-        ("/apis/resource.k8s.io/v1beta2", &[], Route::Local(LocalReason::ServedLocally)),
-        ("/apis/example.com/v1", &[], Route::Local(LocalReason::NoPeer)),
+        (
+            "/apis/flowcontrol.apiserver.k8s.io",
+            &[],
+            Route::Peer("apiserver-b".into()),
+        ),
+        (
+            "/apis/flowcontrol.apiserver.k8s.io/v1beta3",
+            &[],
+            Route::Peer("apiserver-b".into()),
+        ),
+        (
+            "/apis/resource.k8s.io/v1beta2",
+            &[],
+            Route::Local(LocalReason::ServedLocally),
+        ),
+        (
+            "/apis/example.com/v1",
+            &[],
+            Route::Local(LocalReason::NoPeer),
+        ),
     ];
     for (path, headers, want) in cases {
-        assert_eq!(&route(&s, Method::GET, path, headers), want, "{path} {headers:?}");
+        assert_eq!(
+            &route(&s, Method::GET, path, headers),
+            want,
+            "{path} {headers:?}"
+        );
     }
 }
