@@ -29,4 +29,5 @@ pub mod error;
 pub mod forward;
 pub mod route;
 pub mod server;
+pub mod standin;
 pub mod tls;

@@ -90,13 +90,12 @@ pub fn client_config(
         .with_safe_default_protocol_versions()
         .map_err(|e| TlsError::Config(e.to_string()))?
         .with_root_certificates(root_store(ca_file)?);
-    let mut config = match client_cert {
+    let config = match client_cert {
         Some((cert, key)) => builder
             .with_client_auth_cert(load_certs(cert)?, load_key(key)?)
             .map_err(|e| file_error(cert, format!("proxy client certificate and key: {e}")))?,
         None => builder.with_no_client_auth(),
     };
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(config)
 }
 

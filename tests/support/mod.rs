@@ -1,1 +1,379 @@
-//! support
+//! Support for the end-to-end tests: real `mvproxy` processes, stand-in API servers on
+//! loopback sockets, the real `kubectl`, and a plain HTTP client.
+//!
+//! Every process started here is stopped by its PID when its handle drops, and every wait is
+//! bounded, so a failing test fails instead of hanging.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderMap, Method, Request, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+pub use mvproxy::standin::{RecordedRequest, Running as StandInRunning, StandIn};
+
+pub mod pki;
+
+/// Longest wait for anything in these tests.
+pub const PATIENCE: Duration = Duration::from_secs(20);
+
+/// The shared fixtures directory (beside the repository clone).
+pub fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures/discovery")
+}
+
+/// A fixture file's text.
+pub fn fixture(rel: &str) -> String {
+    let p = fixtures().join(rel);
+    std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("fixture {}: {e}", p.display()))
+}
+
+/// The 1.31 release's `/apis`.
+pub fn apis_131() -> String {
+    fixture("kube-apiserver-1.31-dev/aggregated_v2.json")
+}
+
+/// The 1.34 release's `/apis`.
+pub fn apis_134() -> String {
+    fixture("kube-apiserver-1.34-dev/aggregated_v2.json")
+}
+
+/// Starts a stand-in API server on a free loopback port.
+pub async fn standin(name: &str, apis: &str) -> StandInRunning {
+    StandIn::new(name, apis)
+        .expect("fixture parses")
+        .start("127.0.0.1:0".parse().expect("addr"))
+        .await
+        .expect("stand-in starts")
+}
+
+/// The `mvproxy` binary built from this workspace (`cargo build` puts it beside `deps/`).
+pub fn mvproxy_bin() -> PathBuf {
+    let exe = std::env::current_exe().expect("test binary path");
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target profile dir");
+    let bin = dir.join("mvproxy");
+    assert!(
+        bin.exists(),
+        "{} is missing: build it first (`cargo build -p mvproxy`, as scripts/test does)",
+        bin.display()
+    );
+    bin
+}
+
+/// A running `mvproxy serve` process, killed on drop.
+pub struct Proxy {
+    child: Child,
+    pub listen: SocketAddr,
+    pub admin: SocketAddr,
+    pub scheme: &'static str,
+    log: Arc<Mutex<Vec<String>>>,
+}
+
+impl Proxy {
+    /// Starts `mvproxy serve` with `args` plus loopback listeners on free ports, and waits
+    /// until it reports its addresses.
+    pub async fn start(args: &[String]) -> Proxy {
+        let tls = args.iter().any(|a| a == "--tls-cert-file");
+        let mut cmd = Command::new(mvproxy_bin());
+        cmd.arg("serve").args(["--admin-listen", "127.0.0.1:0"]);
+        if !args.iter().any(|a| a == "--listen") {
+            cmd.args(["--listen", "127.0.0.1:0"]);
+        }
+        let mut child = cmd
+            .args(["--log-format", "json"])
+            .args(args)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn mvproxy");
+        let stderr = child.stderr.take().expect("stderr piped");
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let log_w = log.clone();
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(stderr).lines();
+            let mut tx = Some(tx);
+            while let Ok(Some(line)) = lines.next_line().await {
+                if let Some(addrs) = started_addrs(&line)
+                    && let Some(tx) = tx.take()
+                {
+                    let _ = tx.send(addrs);
+                }
+                log_w.lock().expect("log lock").push(line);
+            }
+        });
+        let (listen, admin) = match tokio::time::timeout(PATIENCE, rx).await {
+            Ok(Ok(addrs)) => addrs,
+            _ => panic!("mvproxy did not start: {:?}", log.lock().expect("log lock")),
+        };
+        Proxy {
+            child,
+            listen,
+            admin,
+            scheme: if tls { "https" } else { "http" },
+            log,
+        }
+    }
+
+    /// `scheme://listen`.
+    pub fn url(&self) -> String {
+        format!("{}://{}", self.scheme, self.listen)
+    }
+
+    /// `http://admin`.
+    pub fn admin_url(&self) -> String {
+        format!("http://{}", self.admin)
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id().expect("running")
+    }
+
+    /// Log lines so far.
+    pub fn log(&self) -> Vec<String> {
+        self.log.lock().expect("log lock").clone()
+    }
+
+    /// Waits until `/readyz` answers 200.
+    pub async fn ready(&self) {
+        let url = format!("{}/readyz", self.admin_url());
+        let deadline = tokio::time::Instant::now() + PATIENCE;
+        loop {
+            if let Ok(r) = get(&url, &[]).await
+                && r.status == StatusCode::OK
+            {
+                return;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "not ready: {:?}",
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Sends SIGTERM and waits (bounded) for the exit status.
+    pub async fn terminate(mut self) -> std::process::ExitStatus {
+        let pid = self.pid();
+        let _ = std::process::Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status();
+        match tokio::time::timeout(PATIENCE, self.child.wait()).await {
+            Ok(Ok(status)) => status,
+            _ => panic!("mvproxy {pid} did not exit after SIGTERM"),
+        }
+    }
+
+    /// Kills the process at once (a crashed peer).
+    pub async fn kill(mut self) {
+        let _ = self.child.kill().await;
+    }
+}
+
+/// A loopback port that was free a moment ago (for proxies that must know each other's
+/// address before either starts).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+fn started_addrs(line: &str) -> Option<(SocketAddr, SocketAddr)> {
+    let v: serde_json::Value = serde_json::from_str(line).ok()?;
+    let fields = v.get("fields")?;
+    if fields.get("message")?.as_str()? != "mvproxy started" {
+        return None;
+    }
+    Some((
+        fields.get("listen")?.as_str()?.parse().ok()?,
+        fields.get("admin")?.as_str()?.parse().ok()?,
+    ))
+}
+
+/// Arguments for a proxy in front of `local` named `id` with `peers` (name, url).
+pub fn proxy_args(id: &str, local: &str, peers: &[(&str, &str)]) -> Vec<String> {
+    let mut args = vec![
+        "--server-id".to_owned(),
+        id.to_owned(),
+        "--local".to_owned(),
+        local.to_owned(),
+        "--refresh-interval-seconds".to_owned(),
+        "1".to_owned(),
+        "--connect-timeout-seconds".to_owned(),
+        "2".to_owned(),
+    ];
+    for (name, url) in peers {
+        args.push("--peer".to_owned());
+        args.push(format!("{name}={url}"));
+    }
+    args
+}
+
+/// A response, collected.
+#[derive(Debug)]
+pub struct Resp {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+impl Resp {
+    /// The body as text.
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    /// The body as JSON.
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.text()))
+    }
+
+    /// A header as text ("" if absent).
+    pub fn header(&self, name: &str) -> String {
+        self.headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned()
+    }
+}
+
+/// GET `url` with `headers` (plain HTTP), bounded by [`PATIENCE`].
+pub async fn get(url: &str, headers: &[(&str, &str)]) -> Result<Resp, String> {
+    request(Method::GET, url, headers, Bytes::new()).await
+}
+
+/// Any request over plain HTTP, bounded by [`PATIENCE`].
+pub async fn request(
+    method: Method,
+    url: &str,
+    headers: &[(&str, &str)],
+    body: Bytes,
+) -> Result<Resp, String> {
+    let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
+    let mut req = Request::builder().method(method).uri(url);
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let req = req.body(Full::new(body)).map_err(|e| e.to_string())?;
+    let fut = async {
+        let resp = client.request(req).await.map_err(|e| e.to_string())?;
+        let (parts, body) = resp.into_parts();
+        let body = body.collect().await.map_err(|e| e.to_string())?.to_bytes();
+        Ok(Resp {
+            status: parts.status,
+            headers: parts.headers,
+            body,
+        })
+    };
+    tokio::time::timeout(PATIENCE, fut)
+        .await
+        .map_err(|_| format!("no answer within {PATIENCE:?}"))?
+}
+
+/// The path to the real kubectl; the tests fail, not skip, without it.
+pub fn kubectl_bin() -> &'static str {
+    let p = "/usr/bin/kubectl";
+    assert!(Path::new(p).exists(), "kubectl is required at {p}");
+    p
+}
+
+/// A kubectl pointed at `server` with a fresh discovery cache.
+pub struct Kubectl {
+    server: String,
+    cache: tempdir::TempDir,
+}
+
+impl Kubectl {
+    pub fn new(server: &str) -> Self {
+        Self {
+            server: server.to_owned(),
+            cache: tempdir::TempDir::new("kubectl-cache"),
+        }
+    }
+
+    /// The command, not yet run.
+    pub fn command(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(kubectl_bin());
+        c.arg(format!("--server={}", self.server))
+            .arg(format!("--cache-dir={}", self.cache.path().display()))
+            .arg("--request-timeout=15s")
+            .args(args)
+            .env("KUBECONFIG", "/dev/null")
+            .env("HOME", self.cache.path())
+            .stdin(Stdio::null())
+            .kill_on_drop(true);
+        c
+    }
+
+    /// Runs kubectl to completion (bounded) and returns (success, stdout, stderr).
+    pub async fn run(&self, args: &[&str]) -> (bool, String, String) {
+        let out = tokio::time::timeout(PATIENCE, self.command(args).output())
+            .await
+            .unwrap_or_else(|_| panic!("kubectl {args:?} hung"))
+            .expect("run kubectl");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+}
+
+/// A minimal temporary directory, removed on drop.
+pub mod tempdir {
+    use std::path::{Path, PathBuf};
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    static N: AtomicU32 = AtomicU32::new(0);
+
+    pub struct TempDir(PathBuf);
+
+    impl TempDir {
+        pub fn new(prefix: &str) -> Self {
+            let p = std::env::temp_dir().join(format!(
+                "mvproxy-{prefix}-{}-{}",
+                std::process::id(),
+                N.fetch_add(1, Ordering::Relaxed)
+            ));
+            std::fs::create_dir_all(&p).expect("create temp dir");
+            Self(p)
+        }
+
+        pub fn path(&self) -> &Path {
+            &self.0
+        }
+    }
+
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+/// Requests a stand-in recorded whose path contains `needle`.
+pub fn requests_for(s: &StandInRunning, needle: &str) -> Vec<RecordedRequest> {
+    s.requests()
+        .into_iter()
+        .filter(|r| r.path_and_query.contains(needle))
+        .collect()
+}

@@ -1,0 +1,199 @@
+//! Discovery documents and their negotiation by `Accept`, as kube-apiserver does it.
+//!
+//! `/api` and `/apis` answer aggregated discovery (v2, or v2beta1 for 1.26–1.29 clients)
+//! when the first acceptable media range asks for it, and the legacy `APIVersions` /
+//! `APIGroupList` otherwise; `/apis/{g}` and `/apis/{g}/{v}` are always legacy. The `/apis`
+//! v2 body is the caller's bytes, untouched, so byte-level passthrough can be tested.
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue, Response, StatusCode, header::ACCEPT};
+use serde::Serialize;
+
+use crate::discovery::legacy::{api_group, group_list, resource_list};
+use crate::discovery::types::{
+    AGGREGATED_GROUP, AGGREGATED_KIND, ApiGroupDiscovery, ApiGroupDiscoveryList, ApiVersions,
+    CONTENT_TYPE_V2, CONTENT_TYPE_V2BETA1, ListMeta,
+};
+
+use super::catalog::Catalog;
+use super::respond::{self, Body, Status};
+
+const JSON: &str = "application/json";
+
+/// The discovery format a request negotiated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Format {
+    V2,
+    V2Beta1,
+    Legacy,
+    /// Nothing in `Accept` is JSON this server can render.
+    NotAcceptable,
+}
+
+/// `/api` and `/apis` in every form, rendered once at start.
+#[derive(Debug)]
+pub(super) struct Documents {
+    legacy_only: bool,
+    api_v2: Bytes,
+    api_v2beta1: Bytes,
+    api_legacy: Bytes,
+    apis_v2: Bytes,
+    apis_v2beta1: Bytes,
+    apis_legacy: Bytes,
+}
+
+// === impl Documents ===
+
+impl Documents {
+    /// `apis_v2` is served as is; `addr` is what `APIVersions` reports as the server address.
+    pub(super) fn new(
+        apis_v2: Vec<u8>,
+        catalog: &Catalog,
+        legacy_only: bool,
+        addr: std::net::SocketAddr,
+    ) -> Self {
+        let core = std::slice::from_ref(catalog.core());
+        let versions = ApiVersions {
+            kind: "APIVersions".to_owned(),
+            versions: catalog
+                .core()
+                .versions
+                .iter()
+                .map(|v| v.version.clone())
+                .collect(),
+            server_address_by_client_cidrs: vec![serde_json::json!({
+                "clientCIDR": "0.0.0.0/0",
+                "serverAddress": addr.to_string(),
+            })],
+        };
+        Self {
+            legacy_only,
+            api_v2: encode(&aggregated(core, "v2")),
+            api_v2beta1: encode(&aggregated(core, "v2beta1")),
+            api_legacy: encode(&versions),
+            apis_v2: apis_v2.into(),
+            apis_v2beta1: encode(&aggregated(catalog.groups(), "v2beta1")),
+            apis_legacy: encode(&group_list(catalog.groups())),
+        }
+    }
+
+    /// `GET /api`.
+    pub(super) fn api(&self, headers: &HeaderMap) -> Response<Body> {
+        match self.format(headers) {
+            Format::V2 => respond::bytes(StatusCode::OK, CONTENT_TYPE_V2, self.api_v2.clone()),
+            Format::V2Beta1 => respond::bytes(
+                StatusCode::OK,
+                CONTENT_TYPE_V2BETA1,
+                self.api_v2beta1.clone(),
+            ),
+            Format::Legacy => respond::bytes(StatusCode::OK, JSON, self.api_legacy.clone()),
+            Format::NotAcceptable => not_acceptable(),
+        }
+    }
+
+    /// `GET /apis`.
+    pub(super) fn apis(&self, headers: &HeaderMap) -> Response<Body> {
+        match self.format(headers) {
+            Format::V2 => respond::bytes(StatusCode::OK, CONTENT_TYPE_V2, self.apis_v2.clone()),
+            Format::V2Beta1 => respond::bytes(
+                StatusCode::OK,
+                CONTENT_TYPE_V2BETA1,
+                self.apis_v2beta1.clone(),
+            ),
+            Format::Legacy => respond::bytes(StatusCode::OK, JSON, self.apis_legacy.clone()),
+            Format::NotAcceptable => not_acceptable(),
+        }
+    }
+
+    fn format(&self, headers: &HeaderMap) -> Format {
+        if self.legacy_only {
+            return Format::Legacy;
+        }
+        negotiate(headers.get(ACCEPT))
+    }
+}
+
+/// `GET /apis/{group}`: the legacy `APIGroup`, or `None` if the group is not served.
+pub(super) fn group(catalog: &Catalog, name: &str) -> Option<Response<Body>> {
+    let group = catalog.groups().iter().find(|g| g.name() == name)?;
+    Some(respond::json(StatusCode::OK, &api_group(group)))
+}
+
+/// `GET /api/v1` or `/apis/{group}/{version}`: the legacy `APIResourceList`.
+pub(super) fn resources(catalog: &Catalog, group: &str, version: &str) -> Option<Response<Body>> {
+    let served = catalog.version(group, version)?;
+    Some(respond::json(StatusCode::OK, &resource_list(group, served)))
+}
+
+/// Reads `Accept`: the first acceptable media range wins; absent or empty accepts anything,
+/// which is plain JSON. `profile=nopeer` is accepted and changes nothing, since a single
+/// server has no peers to leave out.
+pub(super) fn negotiate(accept: Option<&HeaderValue>) -> Format {
+    let Some(accept) = accept else {
+        return Format::Legacy;
+    };
+    let Ok(accept) = accept.to_str() else {
+        return Format::NotAcceptable;
+    };
+    if accept.trim().is_empty() {
+        return Format::Legacy;
+    }
+    accept
+        .split(',')
+        .find_map(media_range)
+        .unwrap_or(Format::NotAcceptable)
+}
+
+fn media_range(range: &str) -> Option<Format> {
+    let mut parts = range.split(';').map(str::trim);
+    let media_type = parts.next()?.to_ascii_lowercase();
+    if !matches!(
+        media_type.as_str(),
+        "application/json" | "application/*" | "*/*"
+    ) {
+        return None;
+    }
+    let (mut group, mut version, mut kind) = (None, None, None);
+    for param in parts {
+        let Some((key, value)) = param.split_once('=') else {
+            continue;
+        };
+        let value = value.trim().trim_matches('"');
+        match key.trim() {
+            "g" => group = Some(value),
+            "v" => version = Some(value),
+            "as" => kind = Some(value),
+            "q" if value.parse::<f32>().is_ok_and(|q| q <= 0.0) => return None,
+            _ => {}
+        }
+    }
+    match (group, version, kind) {
+        (None, None, None) => Some(Format::Legacy),
+        (Some(AGGREGATED_GROUP), Some("v2"), Some(AGGREGATED_KIND)) => Some(Format::V2),
+        (Some(AGGREGATED_GROUP), Some("v2beta1"), Some(AGGREGATED_KIND)) => Some(Format::V2Beta1),
+        _ => None,
+    }
+}
+
+fn aggregated(groups: &[ApiGroupDiscovery], version: &str) -> ApiGroupDiscoveryList {
+    ApiGroupDiscoveryList {
+        api_version: format!("{AGGREGATED_GROUP}/{version}"),
+        items: groups.to_vec(),
+        kind: AGGREGATED_KIND.to_owned(),
+        metadata: ListMeta::default(),
+    }
+}
+
+/// Discovery types always encode; an empty body would show up in any test that looked.
+fn encode<T: Serialize>(value: &T) -> Bytes {
+    serde_json::to_vec(value).unwrap_or_default().into()
+}
+
+fn not_acceptable() -> Response<Body> {
+    Status::failure(
+        StatusCode::NOT_ACCEPTABLE,
+        "NotAcceptable",
+        format!("only the following media types are accepted: {JSON}, {CONTENT_TYPE_V2}, {CONTENT_TYPE_V2BETA1}"),
+    )
+    .into_response()
+}

@@ -1,0 +1,126 @@
+//! The command line as an operator meets it: invalid configuration is one line naming the
+//! field, exit code 2, before any socket opens; `check-config`; SIGTERM stops cleanly.
+
+use std::process::Command;
+
+use integration::*;
+
+fn run(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(mvproxy_bin())
+        .args(args)
+        .output()
+        .expect("run mvproxy");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn invalid_configuration_exits_2_with_one_line_naming_the_field() {
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let cases: &[(&[&str], &str)] = &[
+        (&["serve", "--local", "ftp://127.0.0.1:1"], "local"),
+        (
+            &[
+                "serve",
+                "--local",
+                "http://127.0.0.1:1",
+                "--peer",
+                "b=http://127.0.0.1:2",
+                "--peer",
+                "b=http://127.0.0.1:3",
+            ],
+            "peer",
+        ),
+        (
+            &[
+                "serve",
+                "--local",
+                "http://127.0.0.1:1",
+                "--peer",
+                "b=http://127.0.0.1:1",
+            ],
+            "peer",
+        ),
+        (
+            &[
+                "serve",
+                "--local",
+                "http://127.0.0.1:1",
+                "--tls-cert-file",
+                "/nonexistent.crt",
+                "--tls-key-file",
+                "/nonexistent.key",
+            ],
+            "tls-cert-file",
+        ),
+        (
+            &[
+                "serve",
+                "--local",
+                "http://127.0.0.1:1",
+                "--peer",
+                "b=https://127.0.0.1:2",
+            ],
+            "peer-ca-file",
+        ),
+        (&["serve"], "local"),
+    ];
+    for (args, field) in cases {
+        let mut args = args.to_vec();
+        args.extend(["--listen", &listen]);
+        let (code, _, err) = run(&args);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        let lines: Vec<_> = err.lines().collect();
+        assert_eq!(lines.len(), 1, "one line: {err}");
+        assert!(
+            lines[0].contains(&format!("invalid configuration: {field}:")),
+            "{args:?}: {err}"
+        );
+        // nothing was bound
+        std::net::TcpListener::bind(&listen).expect("the port is still free");
+    }
+}
+
+#[test]
+fn check_config_validates_a_file() {
+    let dir = tempdir::TempDir::new("check-config");
+    let good = dir.path().join("good.yaml");
+    std::fs::write(&good, "local: http://127.0.0.1:8080\nserver-id: apiserver-a\npeers: [\"apiserver-b=http://127.0.0.1:8081\"]\n").unwrap();
+    let (code, out, err) = run(&["check-config", "--config", good.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("valid") && out.contains("1 peer"), "{out}");
+
+    let bad = dir.path().join("bad.yaml");
+    std::fs::write(
+        &bad,
+        "local: http://127.0.0.1:8080\npeers: [\"apiserver-b\"]\n",
+    )
+    .unwrap();
+    let (code, _, err) = run(&["check-config", "--config", bad.to_str().unwrap()]);
+    assert_eq!(code, 2);
+    assert!(err.contains("invalid configuration: peer:"), "{err}");
+
+    let typo = dir.path().join("typo.yaml");
+    std::fs::write(&typo, "locl: http://127.0.0.1:8080\n").unwrap();
+    let (code, _, err) = run(&["check-config", "--config", typo.to_str().unwrap()]);
+    assert_eq!(code, 2);
+    assert!(err.contains("locl"), "names the unknown key: {err}");
+}
+
+#[tokio::test]
+async fn sigterm_stops_the_proxy_cleanly() {
+    let a = standin("apiserver-a", &apis_134()).await;
+    let p = Proxy::start(&proxy_args("apiserver-a", &a.url(), &[])).await;
+    p.ready().await;
+    let listen = p.listen;
+    let status = p.terminate().await;
+    assert!(status.success(), "{status:?}");
+    assert!(
+        tokio::net::TcpStream::connect(listen).await.is_err(),
+        "listener closed"
+    );
+}

@@ -1,0 +1,440 @@
+//! What a user sees through the proxies: one cluster, no false 404, streaming watches, a fast
+//! and clear 503 when the only server that could answer is down.
+
+use std::time::{Duration, Instant};
+
+use http::{Method, StatusCode};
+use integration::*;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+
+use crate::cluster::{Cluster, object, wait_discovery};
+
+/// Only 1.31 (apiserver-b) serves this GVR.
+const OLD_ONLY: &str = "/apis/resource.k8s.io/v1alpha3/namespaces/default/podschedulingcontexts";
+/// Only 1.34 (apiserver-a) serves this GVR.
+const NEW_ONLY: &str = "/apis/coordination.k8s.io/v1beta1/namespaces/default/leasecandidates";
+
+fn names(out: &str) -> Vec<&str> {
+    out.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect()
+}
+
+#[tokio::test]
+async fn kubectl_api_resources_lists_the_union_of_both_releases() {
+    let c = Cluster::start().await;
+    for proxy in [&c.proxy_a, &c.proxy_b] {
+        let (ok, out, err) = Kubectl::new(&proxy.url())
+            .run(&["api-resources", "-o", "name"])
+            .await;
+        assert!(ok, "{err}");
+        let listed = names(&out);
+        for want in [
+            "podschedulingcontexts.resource.k8s.io", // 1.31 only
+            "resourceclasses.resource.k8s.io",       // 1.31 only
+            "leasecandidates.coordination.k8s.io",   // 1.34 only
+            "mutatingadmissionpolicies.admissionregistration.k8s.io", // 1.34 only
+            "deployments.apps",
+            "pods",
+        ] {
+            assert!(
+                listed.contains(&want),
+                "{want} missing via {}: {listed:?}",
+                proxy.url()
+            );
+        }
+    }
+    // Without the proxy, the old server alone does not list what only the new one serves:
+    // the union above is mvproxy's doing.
+    let (ok, out, err) = Kubectl::new(&c.b.url())
+        .run(&["api-resources", "-o", "name"])
+        .await;
+    assert!(ok, "{err}");
+    assert!(!names(&out).contains(&"leasecandidates.coordination.k8s.io"));
+}
+
+#[tokio::test]
+async fn kubectl_get_of_a_peer_only_resource_is_proxied_in_one_hop() {
+    let c = Cluster::start().await;
+    c.b.insert(
+        "resource.k8s.io",
+        "v1alpha3",
+        "podschedulingcontexts",
+        Some("default"),
+        object("resource.k8s.io/v1alpha3", "PodSchedulingContext", "psc-1"),
+    );
+    c.a.insert(
+        "coordination.k8s.io",
+        "v1beta1",
+        "leasecandidates",
+        Some("default"),
+        object("coordination.k8s.io/v1beta1", "LeaseCandidate", "lc-1"),
+    );
+
+    let (ok, out, err) = Kubectl::new(&c.proxy_a.url())
+        .run(&[
+            "get",
+            "podschedulingcontexts.v1alpha3.resource.k8s.io",
+            "-n",
+            "default",
+            "-o",
+            "name",
+        ])
+        .await;
+    assert!(ok, "{err}");
+    assert_eq!(names(&out), ["podschedulingcontext.resource.k8s.io/psc-1"]);
+    // and the other way round, old proxy → new server
+    let (ok, out, err) = Kubectl::new(&c.proxy_b.url())
+        .run(&[
+            "get",
+            "leasecandidates.v1beta1.coordination.k8s.io",
+            "-n",
+            "default",
+            "-o",
+            "name",
+        ])
+        .await;
+    assert!(ok, "{err}");
+    assert_eq!(names(&out), ["leasecandidate.coordination.k8s.io/lc-1"]);
+
+    // The old server received it once, marked as proxied; the new one never saw it.
+    let at_b = requests_for(&c.b, "podschedulingcontexts");
+    assert_eq!(at_b.len(), 1, "{at_b:?}");
+    assert_eq!(at_b[0].headers["x-kubernetes-peer-proxied"], "true");
+    assert!(requests_for(&c.a, "podschedulingcontexts").is_empty());
+
+    let metrics = get(&format!("{}/metrics", c.proxy_a.admin_url()), &[])
+        .await
+        .unwrap()
+        .text();
+    assert!(
+        metrics.contains(r#"mvproxy_rerouted_request_total{code="200",group="resource.k8s.io",version="v1alpha3",resource="podschedulingcontexts"} 1"#),
+        "{metrics}"
+    );
+}
+
+#[tokio::test]
+async fn resources_both_serve_never_leave_the_local_server_and_unknown_ones_get_its_404() {
+    let c = Cluster::start().await;
+    let k = Kubectl::new(&c.proxy_a.url());
+    for args in [
+        ["get", "pods", "-A"],
+        ["get", "deployments", "-A"],
+        ["get", "flowschemas", "-A"],
+    ] {
+        let (ok, _, err) = k.run(&args).await;
+        assert!(ok, "{args:?}: {err}");
+    }
+    for path in ["/pods", "/deployments", "/flowschemas"] {
+        assert!(
+            requests_for(&c.b, path).is_empty(),
+            "{path} reached the peer"
+        );
+        assert!(
+            !requests_for(&c.a, path).is_empty(),
+            "{path} did not reach local"
+        );
+    }
+
+    // served by nobody: the local server's own 404, unchanged
+    let r = get(
+        &format!("{}/apis/example.com/v1/widgets", c.proxy_a.url()),
+        &[],
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+    assert_eq!(r.header("x-standin-server"), "apiserver-a");
+    assert_eq!(r.text().trim_end(), "404 page not found");
+    let r = get(
+        &format!(
+            "{}/apis/apps/v1/namespaces/default/widgets",
+            c.proxy_a.url()
+        ),
+        &[],
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+    assert_eq!(r.header("x-standin-server"), "apiserver-a");
+    assert_eq!(r.json()["reason"], "NotFound");
+    // a peer's own 404 for an object it serves the kind of comes back unchanged too
+    let r = get(&format!("{}{OLD_ONLY}/nope", c.proxy_a.url()), &[])
+        .await
+        .unwrap();
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+    assert_eq!(r.header("x-standin-server"), "apiserver-b");
+}
+
+#[tokio::test]
+async fn the_loop_guard_keeps_a_proxied_request_local() {
+    let c = Cluster::start().await;
+    let r = get(
+        &format!("{}{OLD_ONLY}", c.proxy_a.url()),
+        &[("x-kubernetes-peer-proxied", "true")],
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        r.header("x-standin-server"),
+        "apiserver-a",
+        "served locally, not proxied again"
+    );
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+    assert!(requests_for(&c.b, "podschedulingcontexts").is_empty());
+}
+
+#[tokio::test]
+async fn kubectl_watch_streams_events_through_the_peer_hop() {
+    let c = Cluster::start().await;
+    let mut watch = Kubectl::new(&c.proxy_a.url())
+        .command(&[
+            "get",
+            "podschedulingcontexts.v1alpha3.resource.k8s.io",
+            "-n",
+            "default",
+            "-w",
+            "-o",
+            "name",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("kubectl -w");
+    let mut lines = BufReader::new(watch.stdout.take().expect("stdout")).lines();
+    // wait until the watch is established at the old server, then create objects there
+    let deadline = Instant::now() + PATIENCE;
+    while !requests_for(&c.b, "podschedulingcontexts")
+        .iter()
+        .any(|r| r.path_and_query.contains("watch"))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the watch never reached apiserver-b"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for name in ["w-1", "w-2"] {
+        c.b.insert(
+            "resource.k8s.io",
+            "v1alpha3",
+            "podschedulingcontexts",
+            Some("default"),
+            object("resource.k8s.io/v1alpha3", "PodSchedulingContext", name),
+        );
+        let line = tokio::time::timeout(PATIENCE, lines.next_line())
+            .await
+            .unwrap_or_else(|_| panic!("event for {name} never arrived: not streamed"))
+            .expect("read")
+            .expect("line");
+        assert_eq!(
+            line.trim(),
+            format!("podschedulingcontext.resource.k8s.io/{name}")
+        );
+    }
+    let _ = watch.kill().await;
+}
+
+#[tokio::test]
+async fn upgrades_are_tunnelled_through_the_peer_hop() {
+    let c = Cluster::start().await;
+    let mut s = tokio::net::TcpStream::connect(c.proxy_a.listen)
+        .await
+        .unwrap();
+    let req = format!(
+        "POST {OLD_ONLY}/psc-1/status HTTP/1.1\r\nHost: {}\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\nContent-Length: 0\r\n\r\n",
+        c.proxy_a.listen
+    );
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        let n = tokio::time::timeout(PATIENCE, s.read(&mut byte))
+            .await
+            .expect("101 in time")
+            .unwrap();
+        assert_eq!(
+            n,
+            1,
+            "closed before the response head: {}",
+            String::from_utf8_lossy(&head)
+        );
+        head.push(byte[0]);
+    }
+    let head = String::from_utf8_lossy(&head).to_lowercase();
+    assert!(head.starts_with("http/1.1 101"), "{head}");
+    assert!(head.contains("x-standin-server: apiserver-b"), "{head}");
+    s.write_all(b"hello through two proxies").await.unwrap();
+    let mut echo = vec![0u8; 25];
+    tokio::time::timeout(PATIENCE, s.read_exact(&mut echo))
+        .await
+        .expect("echo in time")
+        .unwrap();
+    assert_eq!(&echo, b"hello through two proxies");
+}
+
+#[tokio::test]
+async fn a_down_peer_gives_a_fast_503_status_never_a_404_and_local_traffic_carries_on() {
+    let c = Cluster::start().await;
+    let Cluster {
+        a,
+        b: _b,
+        proxy_a,
+        proxy_b,
+    } = c;
+    proxy_b.kill().await;
+
+    // Before and after mvproxy notices the peer is down, the answer is a 503 Status.
+    for round in 0..2 {
+        let started = Instant::now();
+        let r = get(&format!("{}{OLD_ONLY}", proxy_a.url()), &[])
+            .await
+            .unwrap();
+        assert_eq!(
+            r.status,
+            StatusCode::SERVICE_UNAVAILABLE,
+            "round {round}: {}",
+            r.text()
+        );
+        let v = r.json();
+        assert_eq!(v["kind"], "Status");
+        assert_eq!(v["reason"], "ServiceUnavailable");
+        assert_eq!(v["code"], 503);
+        let msg = v["message"].as_str().unwrap();
+        assert!(msg.contains("apiserver-b"), "names the peer: {msg}");
+        assert!(r.header("retry-after") == "1", "retryable");
+        assert!(started.elapsed() < PATIENCE, "bounded");
+        if round == 0 {
+            wait_discovery(&proxy_a, |s| {
+                s.iter()
+                    .any(|s| s["id"] == "apiserver-b" && s["up"] == false)
+            })
+            .await;
+        }
+    }
+    // local traffic is unaffected
+    let r = get(
+        &format!("{}/api/v1/namespaces/default/pods", proxy_a.url()),
+        &[],
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(r.header("x-standin-server"), "apiserver-a");
+    // and what only the down peer served is still not a 404 after several refreshes
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let r = get(&format!("{}{OLD_ONLY}", proxy_a.url()), &[])
+        .await
+        .unwrap();
+    assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE);
+    drop(a);
+
+    let metrics = get(&format!("{}/metrics", proxy_a.admin_url()), &[])
+        .await
+        .unwrap()
+        .text();
+    assert!(
+        metrics.contains(r#"mvproxy_peer_up{peer="apiserver-b"} 0"#),
+        "{metrics}"
+    );
+    assert!(metrics.contains(r#"mvproxy_peer_proxy_errors_total{type="endpoint_resolution",group="resource.k8s.io",version="v1alpha3",resource="podschedulingcontexts"}"#), "{metrics}");
+}
+
+#[tokio::test]
+async fn a_peer_never_seen_makes_unknown_resources_a_503_until_it_is() {
+    let a = standin("apiserver-a", &apis_134()).await;
+    let port_b = free_port();
+    let proxy_a = Proxy::start(&proxy_args(
+        "apiserver-a",
+        &a.url(),
+        &[("apiserver-b", &format!("http://127.0.0.1:{port_b}"))],
+    ))
+    .await;
+    proxy_a.ready().await;
+    // apiserver-b has never answered: mvproxy cannot know it does not serve this
+    let r = get(&format!("{}{OLD_ONLY}", proxy_a.url()), &[])
+        .await
+        .unwrap();
+    assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "{}", r.text());
+    assert!(
+        r.json()["message"]
+            .as_str()
+            .unwrap()
+            .contains("apiserver-b")
+    );
+    // a resource local serves is served
+    let r = get(&format!("{}{NEW_ONLY}", proxy_a.url()), &[])
+        .await
+        .unwrap();
+    assert_eq!(r.status, StatusCode::OK);
+
+    // once apiserver-b has been seen (a proxy in front of the old server on that port),
+    // the peer-only resource is routed and a GVR nobody serves gets the local 404
+    let b = standin("apiserver-b", &apis_131()).await;
+    let mut args = proxy_args("apiserver-b", &b.url(), &[]);
+    args.extend(["--listen".to_owned(), format!("127.0.0.1:{port_b}")]);
+    let proxy_b = Proxy::start(&args).await;
+    proxy_b.ready().await;
+    crate::cluster::wait_all_up(&proxy_a).await;
+    let r = get(&format!("{}{OLD_ONLY}", proxy_a.url()), &[])
+        .await
+        .unwrap();
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text());
+    assert_eq!(r.header("x-standin-server"), "apiserver-b");
+    let r = get(
+        &format!("{}/apis/example.com/v1/widgets", proxy_a.url()),
+        &[],
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+    assert_eq!(r.header("x-standin-server"), "apiserver-a");
+}
+
+#[tokio::test]
+async fn request_bodies_and_credentials_reach_the_peer_as_sent() {
+    let c = Cluster::start().await;
+    let body = serde_json::to_vec(&object(
+        "resource.k8s.io/v1alpha3",
+        "PodSchedulingContext",
+        "created",
+    ))
+    .unwrap();
+    let r = request(
+        Method::POST,
+        &format!("{}{OLD_ONLY}?fieldManager=kubectl", c.proxy_a.url()),
+        &[
+            ("authorization", "Bearer secret-token"),
+            ("impersonate-user", "alice"),
+            ("content-type", "application/json"),
+            ("x-remote-user", "system:admin"),
+        ],
+        body.into(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.text());
+    let at_b = requests_for(&c.b, "podschedulingcontexts");
+    let seen = &at_b[0];
+    assert_eq!(
+        seen.path_and_query,
+        format!("{OLD_ONLY}?fieldManager=kubectl"),
+        "query byte for byte"
+    );
+    assert_eq!(seen.headers["authorization"], "Bearer secret-token");
+    assert_eq!(seen.headers["impersonate-user"], "alice");
+    assert!(
+        !seen.headers.contains_key("x-remote-user"),
+        "a client's identity headers are never trusted"
+    );
+    assert_eq!(
+        seen.headers["host"],
+        c.b.addr.to_string(),
+        "Host is rewritten on each hop"
+    );
+    let r = get(&format!("{}{OLD_ONLY}/created", c.proxy_a.url()), &[])
+        .await
+        .unwrap();
+    assert_eq!(r.status, StatusCode::OK);
+}
