@@ -126,6 +126,8 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
 
     let shutdown = CancellationToken::new();
     let app = Arc::new(App {
+        server_id: config.server_id.clone(),
+        listen,
         local,
         peers,
         cache: cache.clone(),

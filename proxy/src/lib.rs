@@ -13,8 +13,9 @@
 //! - [`route`]: the decision, a pure function of the request and the snapshot;
 //! - [`forward`]: streaming the request to the chosen upstream and its answer back;
 //! - [`error`]: every failure mvproxy answers itself, as a Kubernetes `Status`;
-//! - [`server`] ties them together per request and runs the listener; [`admin`] serves
-//!   health, readiness, metrics and `/debug/discovery`.
+//! - [`server`] ties them together per request and runs the listener, with [`spans`] for
+//!   the trace of each request; [`admin`] serves health, readiness, metrics and
+//!   `/debug/discovery`.
 //!
 //! [`config`] turns flags and YAML into a validated [`config::Config`]; [`app`] starts
 //! everything from it. [`standin`] is a stand-in API server for tests and the demo; the
@@ -29,5 +30,6 @@ pub mod error;
 pub mod forward;
 pub mod route;
 pub mod server;
+pub mod spans;
 pub mod standin;
 pub mod tls;

@@ -34,7 +34,16 @@ fn main() -> ExitCode {
                 Ok(c) => c,
                 Err(e) => return config_error(&e),
             };
-            init_logs(config.log_format);
+            let telemetry = match mvproxy_telemetry::Settings::from_lookup(
+                |k| std::env::var(k).ok(),
+                config.log_format == LogFormat::Json,
+            ) {
+                Ok(t) => t,
+                Err(e) => {
+                    eprintln!("mvproxy: {e}");
+                    return ExitCode::from(EXIT_CONFIG as u8);
+                }
+            };
             let runtime = match tokio::runtime::Runtime::new() {
                 Ok(r) => r,
                 Err(e) => {
@@ -43,6 +52,15 @@ fn main() -> ExitCode {
                 }
             };
             runtime.block_on(async {
+                // Inside the runtime: the gRPC exporter needs it. Dropped last, so spans of
+                // the drained requests are flushed.
+                let _telemetry = match mvproxy_telemetry::init(&telemetry) {
+                    Ok(guard) => guard,
+                    Err(e) => {
+                        eprintln!("mvproxy: {e}");
+                        return ExitCode::from(EXIT_CONFIG as u8);
+                    }
+                };
                 let running = match mvproxy::app::start(&config).await {
                     Ok(r) => r,
                     Err(e) => {
@@ -82,18 +100,6 @@ fn main() -> ExitCode {
 fn config_error(e: &mvproxy::config::ConfigError) -> ExitCode {
     eprintln!("mvproxy: {e}");
     ExitCode::from(EXIT_CONFIG as u8)
-}
-
-fn init_logs(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().init(),
-    }
 }
 
 async fn shutdown_signal() {

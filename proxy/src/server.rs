@@ -17,11 +17,13 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use mvproxy_telemetry::metrics::{
-    Metrics, PeerErrorLabels, RequestLabels, RerouteLabels, ResultLabels, RouteLabels,
+    Metrics, PeerErrorLabels, RequestLabels, RerouteLabels, ResultLabels, RouteLabels, TraceLabels,
 };
+use mvproxy_telemetry::propagation::{self, TraceIds};
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
+use tracing::{Instrument, Span};
 
 use crate::classify::{DiscoveryPath, RequestInfo, classify};
 use crate::discovery::negotiate::{DiscoveryFormat, negotiate};
@@ -30,9 +32,13 @@ use crate::discovery::{Cache, ServerName, Snapshot};
 use crate::error::ProxyError;
 use crate::forward::{Body, Upstream, full};
 use crate::route::{LocalReason, MergedFormat, Route, decide};
+use crate::spans;
 
 /// What every request needs: the upstreams, the discovery cache and the metric handles.
 pub struct App {
+    pub server_id: ServerName,
+    /// The proxy listener's address (the `server.*` attributes of server spans).
+    pub listen: SocketAddr,
     pub local: Upstream,
     pub peers: Vec<Upstream>,
     pub cache: Arc<Cache>,
@@ -49,47 +55,138 @@ impl App {
 pub async fn handle(app: Arc<App>, req: Request<Incoming>) -> Response<Body> {
     let start = Instant::now();
     let method = req.method().clone();
-    let info = classify(&method, req.uri().path(), req.uri().query());
+    let path = req.uri().path().to_owned();
 
+    // 1. classify
+    let info = classify(&method, &path, req.uri().query());
+    let span = spans::server(
+        &method,
+        req.uri(),
+        &info,
+        &app.server_id,
+        app.listen,
+        req.headers(),
+    );
+
+    // 2. look up and decide
     let snap = app.cache.load();
     let lookup_start = Instant::now();
     let route = decide(&info, &method, req.headers(), &snap, |n| {
         fastrand::usize(..n)
     });
-    record_lookup(&app, &info, &route, lookup_start.elapsed());
+    record_lookup(&app, &span, &info, &route, lookup_start.elapsed());
+    spans::decided(&span, &route);
     if is_nopeer_discovery(&info, req.headers()) {
         app.metrics.discovery_nopeer_requests.inc();
     }
 
-    let result = match &route {
-        Route::Local(_) => app.local.forward(req, false).await,
-        Route::Peer(name) => match app.peer(name) {
-            Some(peer) => {
-                tracing::info!(peer = %name, method = %method, path = %req.uri().path(), "proxying request to peer");
-                peer.forward(req, true).await
-            }
-            None => Err(ProxyError::BadRequest(format!("unknown peer {name}"))),
-        },
-        Route::Discovery(format) => match merged_discovery(&app, &snap, *format, req.headers()) {
-            Some(resp) => Ok(resp),
-            None => app.local.forward(req, false).await,
-        },
-        Route::Unavailable(e) => Err(e.clone()),
-    };
+    // 3. forward, or answer
+    let result = respond(&app, &snap, &span, &info, &route, req)
+        .instrument(span.clone())
+        .await;
     let resp = result.unwrap_or_else(|e| {
-        tracing::warn!(error = %e, method = %method, route = route.kind(), "request failed");
+        spans::failed(&span, &e);
+        tracing::warn!(parent: &span, error = %e, %method, %path, route = route.kind(), "request failed");
         record_peer_error(&app.metrics, &info, &e);
         e.to_response().map(full)
     });
+
+    // 4. record
+    spans::responded(&span, resp.status(), 500);
+    let took = start.elapsed();
+    let ids = propagation::ids(&span);
     record(
         &app.metrics,
         &method,
         &info,
         &route,
         resp.status(),
-        start.elapsed(),
+        took,
+        ids.as_ref(),
+    );
+    log_request(
+        &span,
+        &route,
+        &method,
+        &path,
+        resp.status(),
+        took,
+        ids.as_ref(),
     );
     resp
+}
+
+/// Step 3: where the decision sends the request.
+async fn respond(
+    app: &App,
+    snap: &Snapshot,
+    span: &Span,
+    info: &RequestInfo,
+    route: &Route,
+    req: Request<Incoming>,
+) -> Result<Response<Body>, ProxyError> {
+    match route {
+        Route::Local(_) => forward(&app.local, req, span, info, None).await,
+        Route::Peer(name) => {
+            let peer = app
+                .peer(name)
+                .ok_or_else(|| ProxyError::BadRequest(format!("unknown peer {name}")))?;
+            forward(peer, req, span, info, Some(name)).await
+        }
+        Route::Discovery(format) => {
+            match merged_discovery(app, snap, span, *format, req.headers()) {
+                Some(resp) => Ok(resp),
+                None => forward(&app.local, req, span, info, None).await,
+            }
+        }
+        Route::Unavailable(e) => Err(e.clone()),
+    }
+}
+
+/// One upstream attempt, in its own `CLIENT` span whose context the upstream receives.
+async fn forward(
+    up: &Upstream,
+    mut req: Request<Incoming>,
+    server_span: &Span,
+    info: &RequestInfo,
+    peer: Option<&ServerName>,
+) -> Result<Response<Body>, ProxyError> {
+    let client = spans::client(server_span, req.method(), info, &up.base, peer);
+    propagation::inject(&client, req.headers_mut());
+    let result = up
+        .forward(req, peer.is_some())
+        .instrument(client.clone())
+        .await;
+    match &result {
+        Ok(resp) => spans::responded(&client, resp.status(), 400),
+        Err(e) => spans::failed(&client, e),
+    }
+    result
+}
+
+/// One log line per request: at info for peer-routed and failed ones, debug otherwise.
+/// Never a header: `Authorization` must not reach a log.
+fn log_request(
+    span: &Span,
+    route: &Route,
+    method: &Method,
+    path: &str,
+    status: StatusCode,
+    took: Duration,
+    ids: Option<&TraceIds>,
+) {
+    let trace_id = ids.map(|i| i.trace_id.as_str()).unwrap_or_default();
+    let span_id = ids.map(|i| i.span_id.as_str()).unwrap_or_default();
+    let millis = took.as_secs_f64() * 1000.0;
+    match route {
+        Route::Peer(peer) => {
+            tracing::info!(parent: span, %trace_id, %span_id, %peer, %method, %path, status = status.as_u16(), millis, "proxied to peer")
+        }
+        Route::Unavailable(_) => {}
+        _ => {
+            tracing::debug!(parent: span, %trace_id, %span_id, route = route.kind(), %method, %path, status = status.as_u16(), millis, "request")
+        }
+    }
 }
 
 fn is_nopeer_discovery(info: &RequestInfo, headers: &HeaderMap) -> bool {
@@ -102,10 +199,13 @@ fn is_nopeer_discovery(info: &RequestInfo, headers: &HeaderMap) -> bool {
 fn merged_discovery(
     app: &App,
     snap: &Snapshot,
+    span: &Span,
     format: MergedFormat,
     headers: &HeaderMap,
 ) -> Option<Response<Body>> {
+    let started = Instant::now();
     let (merged, hit) = snap.merged()?;
+    spans::merge_event(span, hit, started.elapsed().as_micros());
     app.metrics
         .merges
         .get_or_create(&ResultLabels {
@@ -148,7 +248,7 @@ fn merged_discovery(
 
 /// Counts a routing-index lookup of a resource request: a hit when some server serves the
 /// GVR, a miss when none does (which also schedules a refetch of every server).
-fn record_lookup(app: &App, info: &RequestInfo, route: &Route, took: Duration) {
+fn record_lookup(app: &App, span: &Span, info: &RequestInfo, route: &Route, took: Duration) {
     if !matches!(info, RequestInfo::Resource(_)) {
         return;
     }
@@ -159,6 +259,7 @@ fn record_lookup(app: &App, info: &RequestInfo, route: &Route, took: Duration) {
         // not looked up: loop guard or not synced
         _ => return,
     };
+    spans::lookup_event(span, hit, took.as_micros());
     if !hit {
         app.cache.on_miss();
     }
@@ -205,6 +306,7 @@ fn record(
     route: &Route,
     status: StatusCode,
     took: Duration,
+    ids: Option<&TraceIds>,
 ) {
     let peer = match route {
         Route::Peer(p) => p.to_string(),
@@ -238,7 +340,13 @@ fn record(
             route: route.kind(),
             peer,
         })
-        .observe(took.as_secs_f64());
+        .observe(
+            took.as_secs_f64(),
+            ids.filter(|i| i.sampled).map(|i| TraceLabels {
+                trace_id: i.trace_id.clone(),
+            }),
+            None,
+        );
 }
 
 /// Methods as a closed set, so a client cannot grow the label set.

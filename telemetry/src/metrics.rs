@@ -7,6 +7,7 @@
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::exemplar::HistogramWithExemplars;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
@@ -83,10 +84,18 @@ pub struct ServerLabels {
     pub server: String,
 }
 
-type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+/// Exemplar labels: the trace that a latency observation came from.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TraceLabels {
+    pub trace_id: String,
+}
 
-fn request_histogram() -> Histogram {
-    Histogram::new(REQUEST_BUCKETS)
+type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+type ExemplarHistogramFamily<L> =
+    Family<L, HistogramWithExemplars<TraceLabels>, fn() -> HistogramWithExemplars<TraceLabels>>;
+
+fn request_histogram() -> HistogramWithExemplars<TraceLabels> {
+    HistogramWithExemplars::new(REQUEST_BUCKETS.into_iter())
 }
 
 fn fast_histogram() -> Histogram {
@@ -105,7 +114,8 @@ pub struct Metrics {
     pub peer_discovery_sync_errors: Family<TypeLabels, Counter>,
     pub discovery_nopeer_requests: Counter,
     pub requests: Family<RequestLabels, Counter>,
-    pub request_duration: HistogramFamily<RouteLabels>,
+    /// Carries the sampled trace id of an observation as an exemplar (OpenMetrics only).
+    pub request_duration: ExemplarHistogramFamily<RouteLabels>,
     pub cache_lookups: Family<ResultLabels, Counter>,
     pub cache_lookup_duration: HistogramFamily<ResultLabels>,
     pub merges: Family<ResultLabels, Counter>,
@@ -271,7 +281,13 @@ mod tests {
                 method: "GET",
             })
             .inc();
-        m.request_duration.get_or_create(&route).observe(0.02);
+        m.request_duration.get_or_create(&route).observe(
+            0.02,
+            Some(TraceLabels {
+                trace_id: "4bf92f3577b34da6a3ce929d0e0e4736".into(),
+            }),
+            None,
+        );
         let hit = ResultLabels { result: "hit" };
         m.cache_lookups.get_or_create(&hit).inc();
         m.cache_lookup_duration.get_or_create(&hit).observe(0.00001);
@@ -303,6 +319,10 @@ mod tests {
         }
         let (om, ct) = encode(&registry, true).unwrap();
         assert!(om.ends_with("# EOF\n"));
+        assert!(
+            om.contains(r#"mvproxy_request_duration_seconds_bucket{le="0.03",route="peer",peer="b"} 1 # {trace_id="4bf92f3577b34da6a3ce929d0e0e4736"} 0.02"#),
+            "{om}"
+        );
         assert!(ct.starts_with("application/openmetrics-text"));
     }
 }
