@@ -12,6 +12,11 @@ pub struct Cluster {
 
 impl Cluster {
     pub async fn start() -> Cluster {
+        Self::start_with_env(&[]).await
+    }
+
+    /// As [`Cluster::start`], both proxies with extra environment variables.
+    pub async fn start_with_env(env: &[(&str, &str)]) -> Cluster {
         let a = standin("apiserver-a", &apis_134()).await;
         let b = standin("apiserver-b", &apis_131()).await;
         let (port_a, port_b) = (free_port(), free_port());
@@ -21,8 +26,8 @@ impl Cluster {
         args_a.extend(["--listen".to_owned(), format!("127.0.0.1:{port_a}")]);
         let mut args_b = proxy_args("apiserver-b", &b.url(), &[("apiserver-a", &url_a)]);
         args_b.extend(["--listen".to_owned(), format!("127.0.0.1:{port_b}")]);
-        let proxy_a = Proxy::start(&args_a).await;
-        let proxy_b = Proxy::start(&args_b).await;
+        let proxy_a = Proxy::start_with_env(&args_a, env).await;
+        let proxy_b = Proxy::start_with_env(&args_b, env).await;
         proxy_a.ready().await;
         proxy_b.ready().await;
         wait_all_up(&proxy_a).await;

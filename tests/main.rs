@@ -1,8 +1,12 @@
 //! End-to-end tests across processes: stand-in API servers of two releases on loopback
 //! sockets, real `mvproxy` processes in front of them, and the real `kubectl` as the client.
 
+// The whole crate is tests: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
+
 mod cli;
 mod cluster;
 mod discovery;
 mod routing;
 mod tls;
+mod traces;

@@ -20,6 +20,7 @@ use tokio::process::{Child, Command};
 
 pub use mvproxy::standin::{RecordedRequest, Running as StandInRunning, StandIn};
 
+pub mod otlp;
 pub mod pki;
 
 /// Longest wait for anything in these tests.
@@ -84,6 +85,11 @@ impl Proxy {
     /// Starts `mvproxy serve` with `args` plus loopback listeners on free ports, and waits
     /// until it reports its addresses.
     pub async fn start(args: &[String]) -> Proxy {
+        Self::start_with_env(args, &[]).await
+    }
+
+    /// As [`Proxy::start`], with extra environment variables (the `OTEL_*` ones).
+    pub async fn start_with_env(args: &[String], env: &[(&str, &str)]) -> Proxy {
         let tls = args.iter().any(|a| a == "--tls-cert-file");
         let mut cmd = Command::new(mvproxy_bin());
         cmd.arg("serve").args(["--admin-listen", "127.0.0.1:0"]);
@@ -94,6 +100,7 @@ impl Proxy {
             .args(["--log-format", "json"])
             .args(args)
             .env("RUST_LOG", "info")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())

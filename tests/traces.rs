@@ -1,0 +1,386 @@
+//! One trace across the peer hop, exported over OTLP (gRPC and HTTP/protobuf) to a receiver
+//! that decodes with the official protobufs; the sampled flag honoured end to end; a dead
+//! collector never slowing a request; counters, stand-in logs and spans reconciling.
+
+use std::time::{Duration, Instant};
+
+use http::StatusCode;
+use integration::otlp::{KIND_CLIENT, KIND_SERVER, Receiver, Span};
+use integration::*;
+
+use crate::cluster::Cluster;
+
+const OLD_ONLY: &str = "/apis/resource.k8s.io/v1alpha3/namespaces/default/podschedulingcontexts";
+const TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+const CLIENT_SPAN: &str = "00f067aa0ba902b7";
+
+fn otel_env(receiver: &Receiver, grpc: bool) -> Vec<(&'static str, String)> {
+    vec![
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint()),
+        (
+            "OTEL_EXPORTER_OTLP_PROTOCOL",
+            if grpc { "grpc" } else { "http/protobuf" }.to_owned(),
+        ),
+        ("OTEL_BSP_SCHEDULE_DELAY", "100".to_owned()),
+    ]
+}
+
+fn env_refs<'a>(env: &'a [(&'static str, String)]) -> Vec<(&'static str, &'a str)> {
+    env.iter().map(|(k, v)| (*k, v.as_str())).collect()
+}
+
+fn in_trace(spans: &[Span], trace: &str) -> Vec<Span> {
+    spans
+        .iter()
+        .filter(|s| s.trace_id == trace)
+        .cloned()
+        .collect()
+}
+
+fn child_of<'a>(spans: &'a [Span], parent: &str, kind: i32) -> &'a Span {
+    let found: Vec<_> = spans
+        .iter()
+        .filter(|s| s.parent_span_id == parent && s.kind == kind)
+        .collect();
+    assert_eq!(
+        found.len(),
+        1,
+        "one child of {parent} of kind {kind}: {spans:#?}"
+    );
+    found[0]
+}
+
+async fn one_trace_across_the_peer_hop(grpc: bool) {
+    let receiver = if grpc {
+        Receiver::grpc().await
+    } else {
+        Receiver::http().await
+    };
+    let env = otel_env(&receiver, grpc);
+    let c = Cluster::start_with_env(&env_refs(&env)).await;
+    let traceparent = format!("00-{TRACE}-{CLIENT_SPAN}-01");
+    let r = get(
+        &format!("{}{OLD_ONLY}", c.proxy_a.url()),
+        &[("traceparent", &traceparent), ("tracestate", "vendor=1")],
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text());
+
+    let spans = receiver
+        .wait_for("the four spans of the peer hop", |s| {
+            in_trace(s, TRACE).len() >= 4
+        })
+        .await;
+    let trace = in_trace(&spans, TRACE);
+    assert_eq!(trace.len(), 4, "{trace:#?}");
+
+    // client → A SERVER → A CLIENT (peer hop) → B SERVER → B CLIENT → apiserver-b
+    let a_server = child_of(&trace, CLIENT_SPAN, KIND_SERVER);
+    let a_client = child_of(&trace, &a_server.span_id, KIND_CLIENT);
+    let b_server = child_of(&trace, &a_client.span_id, KIND_SERVER);
+    let b_client = child_of(&trace, &b_server.span_id, KIND_CLIENT);
+    let at_b = requests_for(&c.b, "podschedulingcontexts");
+    assert_eq!(
+        at_b[0].headers["traceparent"],
+        format!("00-{TRACE}-{}-01", b_client.span_id),
+        "the API server's parent is B's client span"
+    );
+    assert_eq!(
+        at_b[0].headers["tracestate"], "vendor=1",
+        "tracestate travels along"
+    );
+
+    assert_eq!(
+        a_server.name,
+        "GET /apis/{group}/{version}/namespaces/{namespace}/{resource}"
+    );
+    assert_eq!(a_server.service, "mvproxy");
+    for (k, v) in [
+        ("http.request.method", "GET"),
+        ("url.path", OLD_ONLY),
+        ("http.response.status_code", "200"),
+        ("server.address", "127.0.0.1"),
+        ("k8s.api.group", "resource.k8s.io"),
+        ("k8s.api.version", "v1alpha3"),
+        ("k8s.api.resource", "podschedulingcontexts"),
+        ("k8s.namespace.name", "default"),
+        ("mvproxy.route", "peer"),
+        ("mvproxy.reason", "peer_only"),
+        ("mvproxy.peer", "apiserver-b"),
+        ("mvproxy.server_id", "apiserver-a"),
+    ] {
+        assert_eq!(a_server.attr(k), v, "A server span {k}: {a_server:#?}");
+    }
+    assert_eq!(
+        a_server.attr("server.port"),
+        c.proxy_a.listen.port().to_string()
+    );
+    assert!(
+        a_server.events.contains(&"discovery.lookup".to_owned()),
+        "{a_server:#?}"
+    );
+    assert_eq!(a_client.attr("mvproxy.peer"), "apiserver-b");
+    assert_eq!(
+        a_client.attr("server.port"),
+        c.proxy_b.listen.port().to_string()
+    );
+    assert_eq!(a_client.attr("http.response.status_code"), "200");
+    assert_eq!(b_server.attr("mvproxy.route"), "local");
+    assert_eq!(b_server.attr("mvproxy.reason"), "already_proxied");
+    assert_eq!(b_server.attr("mvproxy.server_id"), "apiserver-b");
+    assert_eq!(b_client.attr("server.port"), c.b.addr.port().to_string());
+    for s in &trace {
+        assert_ne!(s.status_code, 2, "no error: {s:#?}");
+        let known =
+            s.parent_span_id == CLIENT_SPAN || trace.iter().any(|p| p.span_id == s.parent_span_id);
+        assert!(known, "orphan span {s:#?}");
+    }
+}
+
+#[tokio::test]
+async fn one_trace_across_the_peer_hop_over_grpc() {
+    one_trace_across_the_peer_hop(true).await;
+}
+
+#[tokio::test]
+async fn one_trace_across_the_peer_hop_over_http_protobuf() {
+    one_trace_across_the_peer_hop(false).await;
+}
+
+#[tokio::test]
+async fn an_unsampled_request_exports_nothing_and_stays_unsampled_downstream() {
+    let receiver = Receiver::http().await;
+    let env = otel_env(&receiver, false);
+    let c = Cluster::start_with_env(&env_refs(&env)).await;
+    let unsampled = "0af7651916cd43dd8448eb211c80319c";
+    let r = get(
+        &format!("{}{OLD_ONLY}", c.proxy_a.url()),
+        &[(
+            "traceparent",
+            &format!("00-{unsampled}-b7ad6b7169203331-00"),
+        )],
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status, StatusCode::OK);
+    let tp = requests_for(&c.b, "podschedulingcontexts")[0].headers["traceparent"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        tp.starts_with(&format!("00-{unsampled}-")) && tp.ends_with("-00"),
+        "{tp}"
+    );
+
+    // A sampled request afterwards: once its spans are in, the unsampled one had its chance.
+    let r = get(
+        &format!("{}{OLD_ONLY}", c.proxy_a.url()),
+        &[("traceparent", &format!("00-{TRACE}-{CLIENT_SPAN}-01"))],
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status, StatusCode::OK);
+    let spans = receiver
+        .wait_for("the sampled trace", |s| in_trace(s, TRACE).len() >= 4)
+        .await;
+    assert!(in_trace(&spans, unsampled).is_empty(), "{spans:#?}");
+}
+
+#[tokio::test]
+async fn an_invalid_traceparent_starts_a_new_trace() {
+    let receiver = Receiver::http().await;
+    let env = otel_env(&receiver, false);
+    let a = standin("apiserver-a", &apis_134()).await;
+    let p = Proxy::start_with_env(&proxy_args("apiserver-a", &a.url(), &[]), &env_refs(&env)).await;
+    p.ready().await;
+    let r = get(
+        &format!("{}/api/v1/namespaces/default/pods", p.url()),
+        &[(
+            "traceparent",
+            "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+        )],
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status, StatusCode::OK);
+    let tp = a.requests().last().unwrap().headers["traceparent"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert!(!tp.contains("00000000000000000000000000000000"), "{tp}");
+    let trace = tp.split('-').nth(1).unwrap().to_owned();
+    let spans = receiver
+        .wait_for("the new trace", |s| in_trace(s, &trace).len() >= 2)
+        .await;
+    let server = in_trace(&spans, &trace)
+        .into_iter()
+        .find(|s| s.kind == KIND_SERVER)
+        .unwrap();
+    assert_eq!(server.parent_span_id, "", "a root span");
+}
+
+/// An OTLP endpoint that accepts connections and never answers.
+async fn black_hole() -> (std::net::SocketAddr, tokio::task::JoinHandle<()>) {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let task = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((s, _)) = l.accept().await {
+            held.push(s);
+        }
+    });
+    (addr, task)
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+#[tokio::test]
+async fn a_dead_collector_never_slows_or_fails_a_request() {
+    let a = standin("apiserver-a", &apis_134()).await;
+    let (hole, hole_task) = black_hole().await;
+    let endpoint = format!("http://{hole}");
+    let args = proxy_args("apiserver-a", &a.url(), &[]);
+    let plain = Proxy::start(&args).await;
+    let exporting = Proxy::start_with_env(
+        &args,
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
+            ("OTEL_BSP_SCHEDULE_DELAY", "10"),
+            ("OTEL_BSP_MAX_QUEUE_SIZE", "64"),
+        ],
+    )
+    .await;
+    plain.ready().await;
+    exporting.ready().await;
+    let (mut base, mut with_exporter) = (Vec::new(), Vec::new());
+    // interleaved, so both see the same machine load
+    for _ in 0..60 {
+        for (p, out) in [(&plain, &mut base), (&exporting, &mut with_exporter)] {
+            let started = Instant::now();
+            let r = get(&format!("{}/api/v1/namespaces/default/pods", p.url()), &[])
+                .await
+                .unwrap();
+            assert_eq!(r.status, StatusCode::OK);
+            out.push(started.elapsed());
+        }
+    }
+    let (b, e) = (median(base), median(with_exporter));
+    // A request waiting on the exporter would take the exporter's timeout (seconds); a
+    // generous ratio keeps machine noise out of the verdict.
+    assert!(
+        e <= b * 3 + Duration::from_millis(20),
+        "median {e:?} with a dead collector vs {b:?} without"
+    );
+    hole_task.abort();
+}
+
+#[tokio::test]
+async fn counters_stand_in_logs_and_server_spans_reconcile() {
+    let receiver = Receiver::grpc().await;
+    let env = otel_env(&receiver, true);
+    let a = standin("apiserver-a", &apis_134()).await;
+    let b = standin("apiserver-b", &apis_131()).await;
+    // the peer is the old API server itself, so no other proxy sends traffic through this one
+    let p = Proxy::start_with_env(
+        &proxy_args("apiserver-a", &a.url(), &[("apiserver-b", &b.url())]),
+        &env_refs(&env),
+    )
+    .await;
+    p.ready().await;
+    crate::cluster::wait_all_up(&p).await;
+    let before_a = a.requests().len();
+    let before_b = b.requests().len();
+
+    let script: &[(&str, StatusCode)] = &[
+        ("/api/v1/namespaces/default/pods", StatusCode::OK),
+        ("/api/v1/namespaces/default/pods", StatusCode::OK),
+        ("/apis/apps/v1/deployments", StatusCode::OK),
+        (OLD_ONLY, StatusCode::OK),
+        (OLD_ONLY, StatusCode::OK),
+        ("/apis/example.com/v1/widgets", StatusCode::NOT_FOUND),
+        ("/version", StatusCode::OK),
+    ];
+    for (path, want) in script {
+        let r = get(&format!("{}{path}", p.url()), &[]).await.unwrap();
+        assert_eq!(r.status, *want, "{path}");
+    }
+    let mut merged = get(
+        &format!("{}/apis", p.url()),
+        &[(
+            "accept",
+            "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList",
+        )],
+    )
+    .await
+    .unwrap();
+    assert_eq!(merged.status, StatusCode::OK);
+    merged = get(
+        &format!("{}/apis", p.url()),
+        &[(
+            "accept",
+            "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList",
+        )],
+    )
+    .await
+    .unwrap();
+    assert_eq!(merged.status, StatusCode::OK);
+
+    let m = get(&format!("{}/metrics", p.admin_url()), &[])
+        .await
+        .unwrap()
+        .text();
+    for line in [
+        r#"mvproxy_requests_total{route="local",reason="served_locally",peer="",code="200",method="GET"} 3"#,
+        r#"mvproxy_requests_total{route="peer",reason="peer_only",peer="apiserver-b",code="200",method="GET"} 2"#,
+        r#"mvproxy_requests_total{route="local",reason="no_peer",peer="",code="404",method="GET"} 1"#,
+        r#"mvproxy_requests_total{route="local",reason="non_resource",peer="",code="200",method="GET"} 1"#,
+        r#"mvproxy_requests_total{route="discovery",reason="non_resource",peer="",code="200",method="GET"} 2"#,
+        r#"mvproxy_rerouted_request_total{code="200",group="resource.k8s.io",version="v1alpha3",resource="podschedulingcontexts"} 2"#,
+        r#"mvproxy_discovery_cache_lookups_total{result="hit"} 5"#,
+        r#"mvproxy_discovery_cache_lookups_total{result="miss"} 1"#,
+        r#"mvproxy_discovery_cache_lookup_duration_seconds_count{result="hit"} 5"#,
+        r#"mvproxy_discovery_merges_total{result="miss"} 1"#,
+        r#"mvproxy_discovery_merges_total{result="hit"} 1"#,
+        r#"mvproxy_discovery_merge_duration_seconds_count 1"#,
+        r#"mvproxy_request_duration_seconds_count{route="peer",peer="apiserver-b"} 2"#,
+        r#"mvproxy_peer_up{peer="apiserver-b"} 1"#,
+    ] {
+        assert!(m.contains(line), "missing {line}\n{m}");
+    }
+    let counted: u64 = m
+        .lines()
+        .filter(|l| l.starts_with("mvproxy_requests_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum();
+    assert_eq!(counted, 9, "every request counted once");
+
+    // What reached the API servers: everything but the two merged /apis answers (mvproxy's
+    // own) and the proxy's discovery refreshes (marked by their nopeer Accept).
+    let forwarded = |reqs: Vec<RecordedRequest>| {
+        reqs.into_iter()
+            .filter(|r| {
+                !r.headers
+                    .get("accept")
+                    .and_then(|v| v.to_str().ok())
+                    .is_some_and(|v| v.contains("profile=nopeer"))
+            })
+            .count()
+    };
+    let logged =
+        forwarded(a.requests().split_off(before_a)) + forwarded(b.requests().split_off(before_b));
+    assert_eq!(logged, 7, "requests the stand-ins logged");
+
+    let spans = receiver
+        .wait_for("nine server spans", |s| {
+            s.iter().filter(|s| s.kind == KIND_SERVER).count() >= 9
+        })
+        .await;
+    let servers = spans.iter().filter(|s| s.kind == KIND_SERVER).count();
+    assert_eq!(servers, 9, "one server span per request counted");
+    let clients = spans.iter().filter(|s| s.kind == KIND_CLIENT).count();
+    assert_eq!(clients, 7, "one client span per upstream attempt");
+}
