@@ -29,8 +29,39 @@ enum Document {
     NotFound,
 }
 
-/// Fetches the server's core and named groups. The error is the cause in words.
-pub async fn fetch(up: &Upstream) -> Result<ServerView, String> {
+/// Why a fetch failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct FetchError {
+    /// The `type` label of `mvproxy_peer_discovery_sync_errors_total`: `hostport_resolution`
+    /// when the server's host name did not resolve, `fetch_discovery` otherwise.
+    pub kind: &'static str,
+    pub message: String,
+}
+
+impl From<String> for FetchError {
+    fn from(message: String) -> Self {
+        Self {
+            kind: "fetch_discovery",
+            message,
+        }
+    }
+}
+
+/// One server's fetch: the upstream, and what to tell about each response (upstream counts
+/// peer discovery fetches as rerouted requests).
+struct Fetch<'a> {
+    up: &'a Upstream,
+    observe: &'a (dyn Fn(StatusCode) + Sync),
+}
+
+/// Fetches the server's core and named groups; `observe` sees the status of every response
+/// (503 for a request that got none).
+pub async fn fetch(
+    up: &Upstream,
+    observe: &(dyn Fn(StatusCode) + Sync),
+) -> Result<ServerView, FetchError> {
+    let up = &Fetch { up, observe };
     let core = match get(up, "/api", ACCEPT_NOPEER).await? {
         Document::NotFound => Vec::new(),
         Document::Aggregated { body, .. } => decode::<ApiGroupDiscoveryList>("/api", &body)?.items,
@@ -67,18 +98,26 @@ pub async fn fetch(up: &Upstream) -> Result<ServerView, String> {
     Ok(ServerView::new(core, apis, raw))
 }
 
-async fn legacy_resources(up: &Upstream, path: &str) -> Result<ApiResourceList, String> {
+async fn legacy_resources(up: &Fetch<'_>, path: &str) -> Result<ApiResourceList, FetchError> {
     match get(up, path, ACCEPT_JSON).await? {
-        Document::Legacy(body) | Document::Aggregated { body, .. } => decode(path, &body),
-        Document::NotFound => Err(format!("GET {path}: 404 Not Found")),
+        Document::Legacy(body) | Document::Aggregated { body, .. } => Ok(decode(path, &body)?),
+        Document::NotFound => Err(format!("GET {path}: 404 Not Found").into()),
     }
 }
 
-async fn get(up: &Upstream, path: &str, accept: &str) -> Result<Document, String> {
-    let (status, headers, body) = up
-        .get(path, accept, MAX_DOCUMENT_BYTES)
-        .await
-        .map_err(|e| format!("GET {path}: {e}"))?;
+async fn get(f: &Fetch<'_>, path: &str, accept: &str) -> Result<Document, FetchError> {
+    let (status, headers, body) = match f.up.get(path, accept, MAX_DOCUMENT_BYTES).await {
+        Ok(r) => r,
+        Err(e) => {
+            (f.observe)(StatusCode::SERVICE_UNAVAILABLE);
+            let message = format!("GET {path}: {e}");
+            return Err(FetchError {
+                kind: error_kind(&message),
+                message,
+            });
+        }
+    };
+    (f.observe)(status);
     match status {
         StatusCode::OK => Ok(match aggregated_version(&headers) {
             Some(v2) => Document::Aggregated { v2, body },
@@ -88,7 +127,18 @@ async fn get(up: &Upstream, path: &str, accept: &str) -> Result<Document, String
         other => Err(format!(
             "GET {path}: HTTP {other}: {}",
             String::from_utf8_lossy(&body[..body.len().min(200)])
-        )),
+        )
+        .into()),
+    }
+}
+
+/// hyper-util reports a failed name lookup as a `dns error`: the peer's address, not its
+/// discovery, is what failed.
+fn error_kind(message: &str) -> &'static str {
+    if message.contains("dns error") || message.contains("failed to lookup address") {
+        "hostport_resolution"
+    } else {
+        "fetch_discovery"
     }
 }
 
@@ -126,6 +176,14 @@ fn decode<T: serde::de::DeserializeOwned>(path: &str, body: &[u8]) -> Result<T, 
 mod tests {
     use super::*;
     use http::HeaderValue;
+
+    #[test]
+    fn name_resolution_failures_are_told_apart() {
+        let dns = "GET /api: apiserver-b could not be reached: client error (Connect): dns error: failed to lookup address information: Name or service not known";
+        assert_eq!(error_kind(dns), "hostport_resolution");
+        let refused = "GET /api: apiserver-b could not be reached: client error (Connect): tcp connect error: Connection refused (os error 111)";
+        assert_eq!(error_kind(refused), "fetch_discovery");
+    }
 
     #[test]
     fn aggregated_content_types() {

@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
 
 use arc_swap::ArcSwap;
-use mvproxy_telemetry::metrics::{Metrics, PeerLabels, ServerLabels, TypeLabels};
+use mvproxy_telemetry::metrics::{Metrics, PeerLabels, RerouteLabels, ServerLabels, TypeLabels};
 use tokio::sync::Notify;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -40,6 +40,7 @@ pub struct RefreshSettings {
 
 struct Server {
     upstream: Upstream,
+    local: bool,
     wake: Notify,
 }
 
@@ -81,6 +82,7 @@ impl Cache {
             ));
             servers.push(Server {
                 upstream: up,
+                local: is_local,
                 wake: Notify::new(),
             });
         }
@@ -142,7 +144,7 @@ impl Cache {
         let mut failures: u32 = 0;
         loop {
             let started = Instant::now();
-            let result = fetch(&server.upstream).await;
+            let result = fetch(&server.upstream, &|status| self.observe_fetch(i, status)).await;
             let elapsed = started.elapsed();
             self.metrics
                 .peer_fetch_duration
@@ -155,19 +157,17 @@ impl Cache {
                     failures = 0;
                     self.settings.interval
                 }
-                Err(cause) => {
-                    tracing::warn!(server = %server.upstream.name, url = %server.upstream.base, %cause, "discovery fetch failed");
+                Err(e) => {
+                    tracing::warn!(server = %server.upstream.name, url = %server.upstream.base, cause = %e, "discovery fetch failed");
                     self.metrics
                         .peer_discovery_sync_errors
-                        .get_or_create(&TypeLabels {
-                            r#type: "fetch_discovery",
-                        })
+                        .get_or_create(&TypeLabels { r#type: e.kind })
                         .inc();
                     failures = failures.saturating_add(1);
                     backoff(failures, self.settings.interval)
                 }
             };
-            self.record(i, result);
+            self.record(i, result.map_err(|e| e.message));
             tokio::select! {
                 () = tokio::time::sleep(delay) => {}
                 () = server.wake.notified() => {
@@ -175,6 +175,23 @@ impl Cache {
                 }
             }
         }
+    }
+
+    /// Upstream counts each discovery request to a peer in the rerouted-requests family, with
+    /// empty group, version and resource (mvp-spec §1.7); the local server's are not.
+    fn observe_fetch(&self, i: usize, status: http::StatusCode) {
+        if self.servers[i].local {
+            return;
+        }
+        self.metrics
+            .rerouted_requests
+            .get_or_create(&RerouteLabels {
+                code: status.as_u16(),
+                group: String::new(),
+                version: String::new(),
+                resource: String::new(),
+            })
+            .inc();
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
