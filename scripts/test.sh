@@ -10,5 +10,12 @@ if ! command -v kubectl >/dev/null 2>&1; then
   exit 1
 fi
 
+# promtool and Prometheus (Debian's package) check the exposition and store exemplars.
+if ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus >/dev/null 2>&1; then
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq prometheus >/dev/null
+fi
+
 cargo build --workspace --locked --bins
 cargo test --workspace --locked "$@"

@@ -1,0 +1,181 @@
+//! `/metrics` as real Prometheus tools see it: the classic text passes `promtool check
+//! metrics`, and a real Prometheus scraping the OpenMetrics endpoint stores trace-id exemplars
+//! that equal the ids of exported traces.
+
+use std::process::Stdio;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use http::StatusCode;
+use integration::otlp::Receiver;
+use integration::*;
+use tokio::io::AsyncWriteExt;
+
+const OLD_ONLY: &str = "/apis/resource.k8s.io/v1alpha3/namespaces/default/podschedulingcontexts";
+
+fn tool(name: &str) -> String {
+    let path = format!("/usr/bin/{name}");
+    assert!(
+        std::path::Path::new(&path).exists(),
+        "{path} is required (Debian package prometheus; scripts/test.sh installs it)"
+    );
+    path
+}
+
+#[tokio::test]
+async fn classic_exposition_passes_promtool_and_openmetrics_is_served_on_request() {
+    let c = crate::cluster::Cluster::start().await;
+    for path in [
+        "/api/v1/namespaces/default/pods",
+        OLD_ONLY,
+        "/apis/example.com/v1/widgets",
+    ] {
+        get(&format!("{}{path}", c.proxy_a.url()), &[])
+            .await
+            .unwrap();
+    }
+    let classic = get(&format!("{}/metrics", c.proxy_a.admin_url()), &[])
+        .await
+        .unwrap();
+    assert!(
+        classic
+            .header("content-type")
+            .starts_with("text/plain; version=0.0.4")
+    );
+    let mut check = tokio::process::Command::new(tool("promtool"))
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    check
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(&classic.body)
+        .await
+        .unwrap();
+    let out = check.wait_with_output().await.unwrap();
+    assert!(
+        out.status.success(),
+        "promtool check metrics: {}{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+        classic.text()
+    );
+
+    let om = get(
+        &format!("{}/metrics", c.proxy_a.admin_url()),
+        &[(
+            "accept",
+            "application/openmetrics-text;version=1.0.0,text/plain;q=0.5",
+        )],
+    )
+    .await
+    .unwrap();
+    assert!(
+        om.header("content-type")
+            .starts_with("application/openmetrics-text")
+    );
+    assert!(om.text().ends_with("# EOF\n"));
+}
+
+#[tokio::test]
+async fn prometheus_stores_exemplars_that_open_exported_traces() {
+    let receiver = Receiver::http().await;
+    let endpoint = receiver.endpoint();
+    let a = standin("apiserver-a", &apis_134()).await;
+    let b = standin("apiserver-b", &apis_131()).await;
+    let proxy = Proxy::start_with_env(
+        &proxy_args("apiserver-a", &a.url(), &[("apiserver-b", &b.url())]),
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
+            ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+        ],
+    )
+    .await;
+    proxy.ready().await;
+    crate::cluster::wait_all_up(&proxy).await;
+
+    let dir = tempdir::TempDir::new("prometheus");
+    let config = dir.path().join("prometheus.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: mvproxy\n    static_configs:\n      - targets: ['{}']\n",
+            proxy.admin
+        ),
+    )
+    .unwrap();
+    let web = format!("127.0.0.1:{}", free_port());
+    let _prometheus = tokio::process::Command::new(tool("prometheus"))
+        .arg(format!("--config.file={}", config.display()))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            dir.path().join("data").display()
+        ))
+        .arg(format!("--web.listen-address={web}"))
+        .arg("--enable-feature=exemplar-storage")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+
+    // Peer-routed requests, each in a sampled trace of the client's.
+    let mut traces = Vec::new();
+    for i in 0..5u32 {
+        let trace = format!("{:032x}", 0xabc0_0000_u64 + u64::from(i));
+        let r = get(
+            &format!("{}{OLD_ONLY}", proxy.url()),
+            &[("traceparent", &format!("00-{trace}-00f067aa0ba902b7-01"))],
+        )
+        .await
+        .unwrap();
+        assert_eq!(r.status, StatusCode::OK);
+        traces.push(trace);
+    }
+    let spans = receiver
+        .wait_for("the exported traces", |s| {
+            traces.iter().all(|t| s.iter().any(|sp| &sp.trace_id == t))
+        })
+        .await;
+
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let url = format!(
+        "http://{web}/api/v1/query_exemplars?query=mvproxy_request_duration_seconds_bucket&start={}&end={}",
+        now - 600,
+        now + 600
+    );
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    let found = loop {
+        if let Ok(r) = get(&url, &[]).await
+            && r.status == StatusCode::OK
+        {
+            let ids: Vec<String> = r.json()["data"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .flat_map(|series| series["exemplars"].as_array().cloned().unwrap_or_default())
+                .filter_map(|e| e["labels"]["trace_id"].as_str().map(str::to_owned))
+                .collect();
+            if let Some(id) = ids.into_iter().find(|id| traces.contains(id)) {
+                break id;
+            }
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no exemplar with one of our trace ids"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    };
+    assert_eq!(found.len(), 32);
+    assert!(
+        spans.iter().any(|s| s.trace_id == found),
+        "the exemplar opens an exported trace"
+    );
+}
