@@ -1,0 +1,82 @@
+//! Cost of the per-request work before any I/O: classifying the path, and the routing
+//! decision over a snapshot built from real discovery documents (1.34-dev local, 1.31-dev
+//! peer), for a locally served GVR, a peer-only one and one nobody serves.
+
+use std::collections::BTreeSet;
+use std::hint::black_box;
+use std::sync::Arc;
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use http::{HeaderMap, Method};
+use mvproxy::classify::classify;
+use mvproxy::discovery::types::ApiGroupDiscoveryList;
+use mvproxy::discovery::{ServerState, ServerView, Snapshot};
+use mvproxy::route::decide;
+
+fn view(path: &str) -> Arc<ServerView> {
+    let full = format!(
+        "{}/../../shared/fixtures/discovery/{path}",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let text = std::fs::read_to_string(&full).unwrap_or_else(|e| panic!("read {full}: {e}"));
+    let list: ApiGroupDiscoveryList =
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("decode {full}: {e}"));
+    Arc::new(ServerView::new(Vec::new(), list.items, None))
+}
+
+fn snapshot() -> Snapshot {
+    let mut local = ServerState::new("apiserver-a".into(), "http://a".into(), true);
+    local.view = Some(view("kube-apiserver-1.34-dev/aggregated_v2.json"));
+    let mut peer = ServerState::new("apiserver-b".into(), "http://b".into(), false);
+    peer.view = Some(view("kube-apiserver-1.31-dev/aggregated_v2.json"));
+    for s in [&mut local, &mut peer] {
+        s.up = true;
+        s.attempted = true;
+    }
+    Snapshot::build(vec![local, peer], &BTreeSet::new())
+}
+
+const PATHS: [(&str, &str); 3] = [
+    (
+        "served_locally",
+        "/apis/apps/v1/namespaces/default/deployments/web",
+    ),
+    (
+        "peer_only",
+        "/apis/resource.k8s.io/v1alpha3/namespaces/default/podschedulingcontexts",
+    ),
+    ("nobody", "/apis/example.com/v1/namespaces/default/widgets"),
+];
+
+fn bench(c: &mut Criterion) {
+    for (name, path) in PATHS {
+        c.bench_function(&format!("classify/{name}"), |b| {
+            b.iter(|| {
+                classify(
+                    black_box(&Method::GET),
+                    black_box(path),
+                    black_box(Some("watch=true")),
+                )
+            })
+        });
+    }
+    let snap = snapshot();
+    let headers = HeaderMap::new();
+    for (name, path) in PATHS {
+        let info = classify(&Method::GET, path, None);
+        c.bench_function(&format!("decide/{name}"), |b| {
+            b.iter(|| {
+                decide(
+                    black_box(&info),
+                    &Method::GET,
+                    &headers,
+                    black_box(&snap),
+                    |_| 0,
+                )
+            })
+        });
+    }
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
