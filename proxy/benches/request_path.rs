@@ -33,7 +33,12 @@ fn snapshot() -> Snapshot {
         s.up = true;
         s.attempted = true;
     }
-    Snapshot::build(vec![local, peer], &BTreeSet::new())
+    Snapshot::build(
+        vec![local, peer],
+        &BTreeSet::new(),
+        Default::default(),
+        true,
+    )
 }
 
 const PATHS: [(&str, &str); 3] = [

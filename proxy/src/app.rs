@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 use crate::admin::{self, Admin};
 use crate::config::Config;
 use crate::discovery::Cache;
-use crate::discovery::refresh::RefreshSettings;
+use crate::discovery::refresh::{PeerSpec, RefreshSettings, UpstreamFactory};
 use crate::forward::{ClientSettings, Upstream};
 use crate::server::{self, App};
 use crate::tls::{self, TlsError};
@@ -97,17 +97,16 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
         })
     };
     let local = upstream(config.server_id.clone(), &config.local, &local_settings)?;
-    let peers = config
-        .peers
-        .iter()
-        .map(|p| upstream(p.name.clone(), &p.url, &peer_settings))
-        .collect::<Result<Vec<_>, _>>()?;
+    let timeout = config.response_header_timeout;
+    let new_peer: UpstreamFactory = Box::new(move |name, url| {
+        Upstream::new(name.clone(), url.clone(), &peer_settings, timeout)
+    });
 
     let mut registry = Registry::default();
     let metrics = Arc::new(Metrics::register(&mut registry));
     let cache = Cache::new(
         local.clone(),
-        peers.clone(),
+        new_peer,
         RefreshSettings {
             interval: config.refresh_interval,
         },
@@ -125,11 +124,21 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
     let admin_addr = admin_listener.local_addr()?;
 
     let shutdown = CancellationToken::new();
+    cache.set_peers(
+        config
+            .peers
+            .iter()
+            .map(|p| PeerSpec {
+                name: p.name.clone(),
+                url: p.url.clone(),
+                generation: String::new(),
+            })
+            .collect(),
+    );
     let app = Arc::new(App {
         server_id: config.server_id.clone(),
         listen,
         local,
-        peers,
         cache: cache.clone(),
         metrics,
     });

@@ -66,6 +66,15 @@ pub struct Upstream {
     response_header_timeout: Duration,
 }
 
+impl std::fmt::Debug for Upstream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Upstream")
+            .field("name", &self.name)
+            .field("base", &self.base)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Upstream {
     /// An upstream with its own connection pool.
     pub fn new(

@@ -40,15 +40,8 @@ pub struct App {
     /// The proxy listener's address (the `server.*` attributes of server spans).
     pub listen: SocketAddr,
     pub local: Upstream,
-    pub peers: Vec<Upstream>,
     pub cache: Arc<Cache>,
     pub metrics: Arc<Metrics>,
-}
-
-impl App {
-    fn peer(&self, name: &ServerName) -> Option<&Upstream> {
-        self.peers.iter().find(|p| &p.name == name)
-    }
 }
 
 /// Handles one request: classify → look up and decide → forward → record.
@@ -128,8 +121,9 @@ async fn respond(
     match route {
         Route::Local(_) => forward(&app.local, req, span, info, None).await,
         Route::Peer(name) => {
-            let peer = app
-                .peer(name)
+            // The snapshot that chose the peer knows how to reach it.
+            let peer = snap
+                .upstream(name)
                 .ok_or_else(|| ProxyError::BadRequest(format!("unknown peer {name}")))?;
             forward(peer, req, span, info, Some(name)).await
         }

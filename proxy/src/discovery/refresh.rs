@@ -1,10 +1,11 @@
 //! Keeping every server's view fresh, and publishing the routing snapshot.
 //!
-//! One task per server fetches its discovery: on an interval, right after a lookup misses, and
-//! with exponential backoff while it fails. A single task per server means at most one fetch
+//! One task per server fetches its discovery: on an interval, right after a lookup misses, when
+//! the peer set changes, and with exponential backoff while it fails. A single task per server means at most one fetch
 //! in flight per server whatever the load; wake-ups that arrive during a fetch coalesce into
 //! one more. A failed fetch marks the server down but keeps its last-known view (a request
-//! that only it served gets a 503, not a false 404).
+//! that only it served gets a 503, not a false 404); its GVRs are forgotten only when it leaves
+//! the peer set, which a peer source ([`crate::peers`]) reports through [`Cache::set_peers`].
 //!
 //! Writers serialise on a mutex that the request path never takes; readers load the current
 //! [`Snapshot`] from an `ArcSwap`. A new snapshot is published only when something routing
@@ -15,13 +16,13 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
 
 use arc_swap::ArcSwap;
+use http::Uri;
 use mvproxy_telemetry::metrics::{Metrics, PeerLabels, RerouteLabels, ServerLabels, TypeLabels};
 use tokio::sync::Notify;
-use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
+use super::ServerName;
 use super::fetch::fetch;
-use super::snapshot;
 use super::snapshot::{GroupVersion, ServerState, ServerView, Snapshot};
 use crate::forward::Upstream;
 
@@ -38,63 +39,93 @@ pub struct RefreshSettings {
     pub interval: Duration,
 }
 
-struct Server {
+/// A peer as a peer source reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerSpec {
+    pub name: ServerName,
+    pub url: Uri,
+    /// Changes when the peer restarts (a lease's holder identity); a change triggers a refetch.
+    pub generation: String,
+}
+
+/// Builds the client for a peer.
+pub type UpstreamFactory = Box<dyn Fn(&ServerName, &Uri) -> Result<Upstream, String> + Send + Sync>;
+
+/// A server being refreshed: how to reach it, how to wake its task, how to stop it.
+struct Member {
     upstream: Upstream,
     local: bool,
-    wake: Notify,
+    generation: String,
+    wake: Arc<Notify>,
+    stop: CancellationToken,
 }
 
 struct State {
+    /// Local first, then peers in name order.
     servers: Vec<ServerState>,
+    members: BTreeMap<ServerName, Member>,
     /// Group-versions that left the local extension set, and when.
     left_extension: BTreeMap<GroupVersion, Instant>,
     local_extension: BTreeSet<GroupVersion>,
+    /// The peer source has reported its set at least once.
+    peers_synced: bool,
+    /// Set once [`Cache::run`] started: members added later get their task at once.
+    shutdown: Option<CancellationToken>,
 }
 
 /// The discovery cache: the published snapshot and the tasks that keep it fresh.
 pub struct Cache {
     snapshot: ArcSwap<Snapshot>,
     state: Mutex<State>,
-    servers: Vec<Server>,
-    /// Signalled after every publish (tests and `/readyz` waiters use it).
+    /// Every member's wake-up, readable without the state lock (a miss is on the request path).
+    wakes: ArcSwap<Vec<Arc<Notify>>>,
+    new_upstream: UpstreamFactory,
+    /// Signalled after every publish.
     published: Notify,
     metrics: Arc<Metrics>,
     settings: RefreshSettings,
 }
 
 impl Cache {
-    /// A cache for the local server and its peers; nothing is fetched until [`Cache::run`].
+    /// A cache for the local server; peers come from [`Cache::set_peers`]. Nothing is fetched
+    /// until [`Cache::run`].
     pub fn new(
         local: Upstream,
-        peers: Vec<Upstream>,
+        new_upstream: UpstreamFactory,
         settings: RefreshSettings,
         metrics: Arc<Metrics>,
     ) -> Arc<Self> {
-        let mut states = Vec::new();
-        let mut servers = Vec::new();
-        for (up, is_local) in
-            std::iter::once((local, true)).chain(peers.into_iter().map(|p| (p, false)))
-        {
-            states.push(ServerState::new(
-                up.name.clone(),
-                up.base.to_string(),
-                is_local,
-            ));
-            servers.push(Server {
-                upstream: up,
-                local: is_local,
-                wake: Notify::new(),
-            });
-        }
-        let snapshot = Snapshot::build(states.clone(), &BTreeSet::new());
+        let servers = vec![ServerState::new(
+            local.name.clone(),
+            local.base.to_string(),
+            true,
+        )];
+        let mut members = BTreeMap::new();
+        members.insert(
+            local.name.clone(),
+            Member {
+                upstream: local,
+                local: true,
+                generation: String::new(),
+                wake: Arc::new(Notify::new()),
+                stop: CancellationToken::new(),
+            },
+        );
+        let state = State {
+            servers,
+            members,
+            left_extension: BTreeMap::new(),
+            local_extension: BTreeSet::new(),
+            peers_synced: false,
+            shutdown: None,
+        };
+        let snapshot = build(&state);
+        let wakes = wakes(&state);
         Arc::new(Self {
             snapshot: ArcSwap::from_pointee(snapshot),
-            state: Mutex::new(State {
-                servers: states,
-                left_extension: BTreeMap::new(),
-                local_extension: BTreeSet::new(),
-            }),
-            servers,
+            state: Mutex::new(state),
+            wakes: ArcSwap::from_pointee(wakes),
+            new_upstream,
             published: Notify::new(),
             metrics,
             settings,
@@ -113,52 +144,121 @@ impl Cache {
 
     /// A lookup found no server for a GVR: refetch everyone soon (coalesced per server).
     pub fn on_miss(&self) {
-        for s in &self.servers {
-            s.wake.notify_one();
+        for wake in self.wakes.load().iter() {
+            wake.notify_one();
         }
     }
 
-    /// Waits until the next snapshot is published.
-    pub async fn changed(&self) {
-        self.published.notified().await;
-    }
+    /// Replaces the peer set. A peer that left is forgotten with its GVRs; one that joined,
+    /// moved or restarted is fetched at once. The first call marks the peer source synced.
+    pub fn set_peers(self: &Arc<Self>, peers: Vec<PeerSpec>) {
+        let mut state = self.lock();
+        let wanted: BTreeMap<ServerName, PeerSpec> =
+            peers.into_iter().map(|p| (p.name.clone(), p)).collect();
+        let mut changed = !state.peers_synced;
+        state.peers_synced = true;
 
-    /// Runs one refresher per server until `shutdown` resolves.
-    pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
-        let mut tasks = JoinSet::new();
-        for i in 0..self.servers.len() {
-            let cache = self.clone();
-            let shutdown = shutdown.clone();
-            tasks.spawn(async move {
-                tokio::select! {
-                    () = cache.refresh_loop(i) => {}
-                    () = shutdown.cancelled() => {}
+        let gone: Vec<ServerName> = state
+            .members
+            .iter()
+            .filter(|(name, m)| {
+                !m.local && wanted.get(*name).is_none_or(|p| p.url != m.upstream.base)
+            })
+            .map(|(name, _)| name.clone())
+            .collect();
+        for name in gone {
+            if let Some(m) = state.members.remove(&name) {
+                m.stop.cancel();
+            }
+            state.servers.retain(|s| s.name != name);
+            self.forget_series(&name);
+            tracing::info!(peer = %name, "peer left");
+            changed = true;
+        }
+        for (name, spec) in wanted {
+            if let Some(m) = state.members.get_mut(&name) {
+                if m.generation != spec.generation {
+                    m.generation = spec.generation;
+                    m.wake.notify_one();
                 }
-            });
+                continue;
+            }
+            let upstream = match (self.new_upstream)(&name, &spec.url) {
+                Ok(u) => u,
+                Err(why) => {
+                    tracing::warn!(peer = %name, url = %spec.url, %why, "peer ignored");
+                    continue;
+                }
+            };
+            tracing::info!(peer = %name, url = %spec.url, "peer joined");
+            state
+                .servers
+                .push(ServerState::new(name.clone(), spec.url.to_string(), false));
+            state.servers[1..].sort_by(|a, b| a.name.cmp(&b.name));
+            let member = Member {
+                upstream,
+                local: false,
+                generation: spec.generation,
+                wake: Arc::new(Notify::new()),
+                stop: CancellationToken::new(),
+            };
+            if let Some(shutdown) = state.shutdown.clone() {
+                self.spawn(&member, shutdown);
+            }
+            state.members.insert(name, member);
+            changed = true;
         }
-        while tasks.join_next().await.is_some() {}
+        if changed {
+            self.publish(&state);
+        }
     }
 
-    async fn refresh_loop(&self, i: usize) {
-        let server = &self.servers[i];
+    /// Runs one refresher per server until `shutdown` is cancelled.
+    pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
+        {
+            let mut state = self.lock();
+            state.shutdown = Some(shutdown.clone());
+            for m in state.members.values() {
+                self.spawn(m, shutdown.clone());
+            }
+        }
+        shutdown.cancelled().await;
+    }
+
+    fn spawn(self: &Arc<Self>, member: &Member, shutdown: CancellationToken) {
+        let cache = self.clone();
+        let upstream = member.upstream.clone();
+        let wake = member.wake.clone();
+        let stop = member.stop.clone();
+        let local = member.local;
+        tokio::spawn(async move {
+            tokio::select! {
+                () = cache.refresh_loop(upstream, local, wake) => {}
+                () = stop.cancelled() => {}
+                () = shutdown.cancelled() => {}
+            }
+        });
+    }
+
+    async fn refresh_loop(&self, upstream: Upstream, local: bool, wake: Arc<Notify>) {
+        let name = upstream.name.clone();
         let mut failures: u32 = 0;
         loop {
             let started = Instant::now();
-            let result = fetch(&server.upstream, &|status| self.observe_fetch(i, status)).await;
-            let elapsed = started.elapsed();
+            let result = fetch(&upstream, &|status| self.observe_fetch(local, status)).await;
             self.metrics
                 .peer_fetch_duration
                 .get_or_create(&PeerLabels {
-                    peer: server.upstream.name.to_string(),
+                    peer: name.to_string(),
                 })
-                .observe(elapsed.as_secs_f64());
+                .observe(started.elapsed().as_secs_f64());
             let delay = match &result {
                 Ok(_) => {
                     failures = 0;
                     self.settings.interval
                 }
                 Err(e) => {
-                    tracing::warn!(server = %server.upstream.name, url = %server.upstream.base, cause = %e, "discovery fetch failed");
+                    tracing::warn!(server = %name, url = %upstream.base, cause = %e, "discovery fetch failed");
                     self.metrics
                         .peer_discovery_sync_errors
                         .get_or_create(&TypeLabels { r#type: e.kind })
@@ -167,10 +267,10 @@ impl Cache {
                     backoff(failures, self.settings.interval)
                 }
             };
-            self.record(i, result.map_err(|e| e.message));
+            self.record(&name, result.map_err(|e| e.message));
             tokio::select! {
                 () = tokio::time::sleep(delay) => {}
-                () = server.wake.notified() => {
+                () = wake.notified() => {
                     tokio::time::sleep(MISS_REFRESH_GAP.saturating_sub(started.elapsed())).await;
                 }
             }
@@ -179,8 +279,8 @@ impl Cache {
 
     /// Upstream counts each discovery request to a peer in the rerouted-requests family, with
     /// empty group, version and resource (mvp-spec §1.7); the local server's are not.
-    fn observe_fetch(&self, i: usize, status: http::StatusCode) {
-        if self.servers[i].local {
+    fn observe_fetch(&self, local: bool, status: http::StatusCode) {
+        if local {
             return;
         }
         self.metrics
@@ -194,6 +294,16 @@ impl Cache {
             .inc();
     }
 
+    fn forget_series(&self, name: &ServerName) {
+        let peer = PeerLabels {
+            peer: name.to_string(),
+        };
+        self.metrics.peer_up.remove(&peer);
+        self.metrics.discovery_resources.remove(&ServerLabels {
+            server: name.to_string(),
+        });
+    }
+
     fn lock(&self) -> MutexGuard<'_, State> {
         // A panic while holding the lock cannot leave State half-updated in a way that matters
         // more than stopping discovery altogether would.
@@ -202,14 +312,16 @@ impl Cache {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Records a fetch result and publishes a new snapshot if routing changed.
-    fn record(&self, i: usize, result: Result<ServerView, String>) {
+    /// Records a fetch result and publishes a new snapshot if routing changed. A result for
+    /// a peer that has left meanwhile is dropped.
+    fn record(&self, name: &ServerName, result: Result<ServerView, String>) {
         let mut state = self.lock();
-        let now = SystemTime::now();
-        let s = &mut state.servers[i];
+        let Some(s) = state.servers.iter_mut().find(|s| &s.name == name) else {
+            return;
+        };
         let was = (s.up, s.attempted, s.error.clone());
         s.attempted = true;
-        s.last_fetch = Some(now);
+        s.last_fetch = Some(SystemTime::now());
         let mut changed = false;
         match result {
             Ok(view) => {
@@ -229,17 +341,17 @@ impl Cache {
             }
         }
         changed |= was != (s.up, s.attempted, s.error.clone());
-        let name = s.name.clone();
-        let up = s.up;
+        let (up, is_local) = (s.up, s.local);
         let count = s.view.as_ref().map_or(0, |v| v.gvr_count());
-        let is_local = s.local;
         self.metrics
             .discovery_resources
             .get_or_create(&ServerLabels {
                 server: name.to_string(),
             })
             .set(count as i64);
-        if !is_local {
+        if is_local {
+            changed |= update_exclusions(&mut state);
+        } else {
             self.metrics
                 .peer_up
                 .get_or_create(&PeerLabels {
@@ -247,20 +359,36 @@ impl Cache {
                 })
                 .set(i64::from(up));
         }
-        if is_local {
-            changed |= update_exclusions(&mut state);
-        }
         if changed {
             self.publish(&state);
         }
     }
 
     fn publish(&self, state: &State) {
-        let recent: BTreeSet<GroupVersion> = state.left_extension.keys().cloned().collect();
-        let snap = snapshot::Snapshot::build(state.servers.clone(), &recent);
-        self.snapshot.store(Arc::new(snap));
+        self.wakes.store(Arc::new(wakes(state)));
+        self.snapshot.store(Arc::new(build(state)));
         self.published.notify_waiters();
     }
+}
+
+fn wakes(state: &State) -> Vec<Arc<Notify>> {
+    state.members.values().map(|m| m.wake.clone()).collect()
+}
+
+fn build(state: &State) -> Snapshot {
+    let recent: BTreeSet<GroupVersion> = state.left_extension.keys().cloned().collect();
+    let upstreams = state
+        .members
+        .iter()
+        .filter(|(_, m)| !m.local)
+        .map(|(n, m)| (n.clone(), m.upstream.clone()))
+        .collect();
+    Snapshot::build(
+        state.servers.clone(),
+        &recent,
+        upstreams,
+        state.peers_synced,
+    )
 }
 
 /// Tracks group-versions that stopped being local extensions, for the exclusion grace period.

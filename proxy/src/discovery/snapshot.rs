@@ -16,6 +16,7 @@ use super::legacy;
 use super::merge::{self, Merged};
 use super::types::{ApiGroupDiscovery, ApiGroupDiscoveryList};
 use crate::classify::Gvr;
+use crate::forward::Upstream;
 
 /// Groups compiled into kube-apiserver. A group-version that the local server serves outside
 /// this set comes from a CRD or an APIService: upstream (1.36 `gv_exclusion_manager.go`)
@@ -217,13 +218,21 @@ pub struct Snapshot {
     index: HashMap<Gvr, Vec<ServerName>>,
     excluded: BTreeSet<GroupVersion>,
     local_name: ServerName,
+    upstreams: BTreeMap<ServerName, Upstream>,
+    peers_synced: bool,
     merged: OnceLock<Arc<MergedApis>>,
 }
 
 impl Snapshot {
     /// Builds the snapshot from the servers' states. `recently_excluded` holds
     /// group-versions that left the local extension set less than the grace period ago.
-    pub fn build(servers: Vec<ServerState>, recently_excluded: &BTreeSet<GroupVersion>) -> Self {
+    /// `upstreams` reaches each peer; `peers_synced` says the peer source has reported once.
+    pub fn build(
+        servers: Vec<ServerState>,
+        recently_excluded: &BTreeSet<GroupVersion>,
+        upstreams: BTreeMap<ServerName, Upstream>,
+        peers_synced: bool,
+    ) -> Self {
         let local_state = servers.iter().find(|s| s.local);
         let local = local_state.and_then(|s| s.view.clone());
         let local_name = local_state.map(|s| s.name.clone()).unwrap_or_default();
@@ -256,6 +265,8 @@ impl Snapshot {
             index,
             excluded,
             local_name,
+            upstreams,
+            peers_synced,
             merged: OnceLock::new(),
         }
     }
@@ -265,9 +276,15 @@ impl Snapshot {
         self.local.is_some()
     }
 
-    /// Every configured server has been fetched once or marked down (what `/readyz` waits for).
+    /// The peer set is known and every server in it has been fetched once or marked down
+    /// (what `/readyz` waits for).
     pub fn ready(&self) -> bool {
-        !self.servers.is_empty() && self.servers.iter().all(|s| s.attempted)
+        self.peers_synced && !self.servers.is_empty() && self.servers.iter().all(|s| s.attempted)
+    }
+
+    /// How to reach a peer.
+    pub fn upstream(&self, peer: &ServerName) -> Option<&Upstream> {
+        self.upstreams.get(peer)
     }
 
     /// The local view, once fetched.

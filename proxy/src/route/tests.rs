@@ -66,7 +66,7 @@ fn snapshot(servers: Vec<Server>) -> Snapshot {
             st
         })
         .collect();
-    Snapshot::build(states, &BTreeSet::new())
+    Snapshot::build(states, &BTreeSet::new(), Default::default(), true)
 }
 
 fn local(gvrs: &[(&str, &str, &str)]) -> Server {
