@@ -4,5 +4,6 @@
 mod cli;
 mod cluster;
 mod discovery;
+mod observability;
 mod routing;
 mod tls;
