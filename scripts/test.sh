@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs every test of the workspace on a fresh machine: checks the tools the end-to-end tests
-# use, builds the mvproxy binary they start, then runs unit and end-to-end tests.
+# Runs every test of the workspace on a fresh machine: checks (or installs) the tools the
+# end-to-end tests use, builds the mvproxy binary they start, then runs unit and end-to-end
+# tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -10,11 +11,15 @@ if ! command -v kubectl >/dev/null 2>&1; then
   exit 1
 fi
 
-# promtool and Prometheus (Debian's package) check the exposition and store exemplars.
+# The observability tests run promtool and a real Prometheus (Debian's `prometheus` package);
+# they fail, not skip, without them. Installed once, as root, only when missing.
 if ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus >/dev/null 2>&1; then
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq prometheus >/dev/null
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "promtool and prometheus are required: apt-get install -y prometheus (as root)" >&2
+    exit 1
+  fi
+  apt-get update
+  DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends prometheus
 fi
 
 cargo build --workspace --locked --bins

@@ -8,6 +8,7 @@ mod cli;
 mod cluster;
 mod discovery;
 mod metrics;
+mod observability;
 mod routing;
 mod tls;
 mod traces;

@@ -22,6 +22,8 @@ pub use mvproxy::standin::{RecordedRequest, Running as StandInRunning, StandIn};
 
 pub mod otlp;
 pub mod pki;
+pub mod prometheus;
+pub mod promql;
 
 /// Longest wait for anything in these tests.
 pub const PATIENCE: Duration = Duration::from_secs(20);
