@@ -37,6 +37,29 @@ fn in_trace(spans: &[Span], trace: &str) -> Vec<Span> {
         .collect()
 }
 
+/// The `spanmetrics` and `servicegraph` dimensions of the shipped collector config.
+fn collector_dimensions() -> Vec<String> {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../otel-collector/config.yaml");
+    let config: serde_yaml_ng::Value =
+        serde_yaml_ng::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let connectors = &config["connectors"];
+    let mut dims: Vec<String> = connectors["spanmetrics"]["dimensions"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|d| d["name"].as_str().unwrap().to_owned())
+        .collect();
+    dims.extend(
+        connectors["servicegraph"]["dimensions"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .map(|d| d.as_str().unwrap().to_owned()),
+    );
+    assert!(dims.len() >= 4, "{dims:?}");
+    dims
+}
+
 fn child_of<'a>(spans: &'a [Span], parent: &str, kind: i32) -> &'a Span {
     let found: Vec<_> = spans
         .iter()
@@ -116,6 +139,13 @@ async fn one_trace_across_the_peer_hop(grpc: bool) {
         a_server.attr("server.port"),
         c.proxy_a.listen.port().to_string()
     );
+    // every dimension the collector's span metrics group by is on the exported server span
+    for dim in collector_dimensions() {
+        assert!(
+            !a_server.attr(&dim).is_empty(),
+            "span metrics dimension {dim} missing: {a_server:#?}"
+        );
+    }
     assert!(
         a_server.events.contains(&"discovery.lookup".to_owned()),
         "{a_server:#?}"
