@@ -9,6 +9,7 @@ mod cluster;
 mod discovery;
 mod metrics;
 mod observability;
+mod peer_sources;
 mod routing;
 mod tls;
 mod traces;

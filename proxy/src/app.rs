@@ -14,10 +14,11 @@ use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
 use crate::admin::{self, Admin};
-use crate::config::Config;
+use crate::config::{Config, PeerSource};
 use crate::discovery::Cache;
 use crate::discovery::refresh::{PeerSpec, RefreshSettings, UpstreamFactory};
 use crate::forward::{ClientSettings, Upstream};
+use crate::peers::{Kind, KubeSource};
 use crate::server::{self, App};
 use crate::tls::{self, TlsError};
 
@@ -59,6 +60,18 @@ impl Running {
     pub async fn stopped(self) {
         let _ = self.tasks.await;
     }
+}
+
+/// `host:port` of a URL, with the scheme's default port.
+fn authority_with_port(url: &http::Uri) -> String {
+    let port = url
+        .port_u16()
+        .unwrap_or(if url.scheme_str() == Some("https") {
+            443
+        } else {
+            80
+        });
+    format!("{}:{port}", url.host().unwrap_or_default())
 }
 
 /// Builds and starts everything; returns once both listeners are bound.
@@ -124,17 +137,35 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
     let admin_addr = admin_listener.local_addr()?;
 
     let shutdown = CancellationToken::new();
-    cache.set_peers(
-        config
-            .peers
-            .iter()
-            .map(|p| PeerSpec {
-                name: p.name.clone(),
-                url: p.url.clone(),
-                generation: String::new(),
-            })
-            .collect(),
-    );
+    let peer_source = match config.peer_source {
+        PeerSource::Static => {
+            cache.set_peers(
+                config
+                    .peers
+                    .iter()
+                    .map(|p| PeerSpec {
+                        name: p.name.clone(),
+                        url: p.url.clone(),
+                        generation: String::new(),
+                    })
+                    .collect(),
+            );
+            None
+        }
+        PeerSource::Leases | PeerSource::Endpointslices => Some(KubeSource {
+            kind: if config.peer_source == PeerSource::Leases {
+                Kind::Leases
+            } else {
+                Kind::EndpointSlices
+            },
+            api: local.clone(),
+            token_file: config.peer_source_token_file.clone(),
+            self_name: config.server_id.clone(),
+            self_addr: authority_with_port(&config.local),
+            scheme: config.peer_scheme.as_str(),
+            metrics: metrics.clone(),
+        }),
+    };
     let app = Arc::new(App {
         server_id: config.server_id.clone(),
         listen,
@@ -150,10 +181,15 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
         let shutdown = shutdown.clone();
         let cache = cache.clone();
         async move {
+            let peers =
+                peer_source.map(|source| tokio::spawn(source.run(cache.clone(), shutdown.clone())));
             let refresher = tokio::spawn(cache.run(shutdown.clone()));
             let admin = tokio::spawn(admin::serve(admin_listener, admin, shutdown.clone()));
             server::serve(listener, acceptor, app, shutdown.clone()).await;
             let _ = tokio::join!(refresher, admin);
+            if let Some(peers) = peers {
+                let _ = peers.await;
+            }
         }
     });
     tracing::info!(%listen, admin = %admin_addr, local = %config.local, peers = config.peers.len(), "mvproxy started");

@@ -136,7 +136,36 @@ pub struct ServeArgs {
     /// Seconds to wait for an upstream's response headers [default: 60]
     #[arg(long)]
     pub response_header_timeout_seconds: Option<u64>,
+    /// Bearer token for reading Leases or EndpointSlices from the local API server
+    /// [default: the in-cluster ServiceAccount token, if present]
+    #[arg(long)]
+    pub peer_source_token_file: Option<PathBuf>,
+    /// Scheme of peer addresses found in the cluster (http only for test stand-ins) [default: https]
+    #[arg(long, value_enum)]
+    pub peer_scheme: Option<PeerScheme>,
 }
+
+/// Scheme of peer addresses read from Leases or EndpointSlices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum PeerScheme {
+    #[default]
+    Https,
+    Http,
+}
+
+impl PeerScheme {
+    /// The URL scheme.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Https => "https",
+            Self::Http => "http",
+        }
+    }
+}
+
+/// The in-cluster ServiceAccount token.
+pub const SERVICE_ACCOUNT_TOKEN: &str = "/var/run/secrets/kubernetes.io/serviceaccount/token";
 
 /// A peer from the configuration.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -160,6 +189,9 @@ pub struct Config {
     pub local: Uri,
     pub server_id: ServerName,
     pub peers: Vec<PeerConfig>,
+    pub peer_source: PeerSource,
+    pub peer_source_token_file: Option<PathBuf>,
+    pub peer_scheme: PeerScheme,
     pub serving_tls: Option<ServingTls>,
     pub local_ca_file: Option<PathBuf>,
     pub peer_ca_file: Option<PathBuf>,
@@ -225,6 +257,8 @@ impl ServeArgs {
             response_header_timeout_seconds: self
                 .response_header_timeout_seconds
                 .or(file.response_header_timeout_seconds),
+            peer_source_token_file: self.peer_source_token_file.or(file.peer_source_token_file),
+            peer_scheme: self.peer_scheme.or(file.peer_scheme),
         }
     }
 
@@ -335,10 +369,28 @@ impl ServeArgs {
                 "front-proxy is not available in this version; use passthrough",
             ));
         }
-        if self.peer_source.unwrap_or_default() != PeerSource::Static {
+        let peer_source = self.peer_source.unwrap_or_default();
+        if peer_source != PeerSource::Static && !peers.is_empty() {
             return Err(err(
-                "peer-source",
-                "only static peers are available in this version",
+                "peer",
+                "static peers cannot be combined with --peer-source leases or endpointslices",
+            ));
+        }
+        let peer_source_token_file = match self.peer_source_token_file {
+            Some(f) => {
+                readable("peer-source-token-file", &f)?;
+                Some(f)
+            }
+            None => Some(PathBuf::from(SERVICE_ACCOUNT_TOKEN)).filter(|p| p.exists()),
+        };
+        let peer_scheme = self.peer_scheme.unwrap_or_default();
+        if peer_source != PeerSource::Static
+            && peer_scheme == PeerScheme::Https
+            && self.peer_ca_file.is_none()
+        {
+            return Err(err(
+                "peer-ca-file",
+                "required to verify peers found in the cluster over https",
             ));
         }
         if self.client_ca_file.is_some() {
@@ -377,6 +429,9 @@ impl ServeArgs {
             local,
             server_id,
             peers,
+            peer_source,
+            peer_source_token_file,
+            peer_scheme,
             serving_tls,
             local_ca_file: self.local_ca_file,
             peer_ca_file: self.peer_ca_file,

@@ -157,23 +157,43 @@ impl Upstream {
         accept: &str,
         limit: usize,
     ) -> Result<(StatusCode, HeaderMap, Bytes), ProxyError> {
-        let mut req = Request::new(empty());
-        *req.uri_mut() = self.uri_for(Some(path))?;
-        req.headers_mut().insert(
+        let mut headers = HeaderMap::new();
+        headers.insert(
             header::ACCEPT,
             HeaderValue::from_str(accept).map_err(|e| ProxyError::BadRequest(e.to_string()))?,
         );
-        let resp = self.send(req).await?;
-        let (parts, body) = resp.into_parts();
-        let body = Limited::new(body, limit)
+        let (parts, body) = self.open(path, headers).await?.into_parts();
+        let body = self.collect(path, body, limit).await?;
+        Ok((parts.status, parts.headers, body))
+    }
+
+    /// GETs `path` with `headers`; the body is left streaming (a watch).
+    pub async fn open(
+        &self,
+        path: &str,
+        headers: HeaderMap,
+    ) -> Result<Response<hyper::body::Incoming>, ProxyError> {
+        let mut req = Request::new(empty());
+        *req.uri_mut() = self.uri_for(Some(path))?;
+        *req.headers_mut() = headers;
+        self.send(req).await
+    }
+
+    /// Collects at most `limit` bytes of a response body from `path`.
+    pub async fn collect(
+        &self,
+        path: &str,
+        body: hyper::body::Incoming,
+        limit: usize,
+    ) -> Result<Bytes, ProxyError> {
+        Ok(Limited::new(body, limit)
             .collect()
             .await
             .map_err(|e| ProxyError::Transport {
                 upstream: self.name.clone(),
                 cause: format!("reading {path}: {}", causes(e.as_ref())),
             })?
-            .to_bytes();
-        Ok((parts.status, parts.headers, body))
+            .to_bytes())
     }
 
     async fn send(

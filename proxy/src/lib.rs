@@ -17,6 +17,8 @@
 //!   the trace of each request; [`admin`] serves health, readiness, metrics and
 //!   `/debug/discovery`.
 //!
+//! [`peers`] finds peers in the cluster (identity Leases or EndpointSlices).
+//!
 //! [`config`] turns flags and YAML into a validated [`config::Config`]; [`app`] starts
 //! everything from it. [`standin`] is a stand-in API server for tests and the demo; the
 //! request path never uses it.
@@ -28,6 +30,7 @@ pub mod config;
 pub mod discovery;
 pub mod error;
 pub mod forward;
+pub mod peers;
 pub mod route;
 pub mod server;
 pub mod spans;

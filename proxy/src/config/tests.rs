@@ -125,9 +125,25 @@ fn invalid_values_name_their_field() {
         (
             ServeArgs {
                 peer_source: Some(PeerSource::Leases),
+                ..args("http://h:1", &["b=http://h:2"])
+            },
+            "peer",
+        ),
+        (
+            ServeArgs {
+                peer_source: Some(PeerSource::Leases),
                 ..args("http://h:1", &[])
             },
-            "peer-source",
+            "peer-ca-file",
+        ),
+        (
+            ServeArgs {
+                peer_source: Some(PeerSource::Endpointslices),
+                peer_scheme: Some(PeerScheme::Http),
+                peer_source_token_file: Some("/nonexistent/token".into()),
+                ..args("http://h:1", &[])
+            },
+            "peer-source-token-file",
         ),
         (
             ServeArgs {
