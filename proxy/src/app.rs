@@ -18,6 +18,7 @@ use crate::config::{Config, PeerSource};
 use crate::discovery::Cache;
 use crate::discovery::refresh::{PeerSpec, RefreshSettings, UpstreamFactory};
 use crate::forward::{ClientSettings, Upstream};
+use crate::identity::Authenticator;
 use crate::peers::{Kind, KubeSource};
 use crate::server::{self, App};
 use crate::tls::{self, TlsError};
@@ -125,9 +126,31 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
         },
         metrics.clone(),
     );
+    let auth = Authenticator::new(
+        config
+            .client_ca_file
+            .as_deref()
+            .map(tls::roots)
+            .transpose()?,
+        config
+            .requestheader_client_ca_file
+            .as_deref()
+            .map(|ca| tls::roots(ca).map(|r| (r, config.requestheader_allowed_names.clone())))
+            .transpose()?,
+        config.header_names.clone(),
+    )
+    .map_err(|why| StartError::Tls(TlsError::Config(why)))?;
+    let client_cas: Vec<&std::path::Path> =
+        [&config.client_ca_file, &config.requestheader_client_ca_file]
+            .into_iter()
+            .flatten()
+            .map(|p| p.as_path())
+            .collect();
     let acceptor = match &config.serving_tls {
         Some(t) => Some(TlsAcceptor::from(Arc::new(tls::server_config(
-            &t.cert, &t.key,
+            &t.cert,
+            &t.key,
+            &client_cas,
         )?))),
         None => None,
     };
@@ -167,6 +190,7 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
         }),
     };
     let app = Arc::new(App {
+        auth,
         server_id: config.server_id.clone(),
         listen,
         local,

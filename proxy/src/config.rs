@@ -11,9 +11,11 @@ use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 use http::Uri;
+use http::header::HeaderName;
 use serde::Deserialize;
 
 use crate::discovery::ServerName;
+use crate::identity::HeaderNames;
 
 /// Exit code for invalid configuration.
 pub const EXIT_CONFIG: i32 = 2;
@@ -136,6 +138,18 @@ pub struct ServeArgs {
     /// Seconds to wait for an upstream's response headers [default: 60]
     #[arg(long)]
     pub response_header_timeout_seconds: Option<u64>,
+    /// Header carrying the user name on a front-proxy request [default: X-Remote-User]
+    #[arg(long)]
+    pub requestheader_username_headers: Option<String>,
+    /// Header carrying the user's UID [default: X-Remote-Uid]
+    #[arg(long)]
+    pub requestheader_uid_headers: Option<String>,
+    /// Header carrying each group [default: X-Remote-Group]
+    #[arg(long)]
+    pub requestheader_group_headers: Option<String>,
+    /// Prefix of the headers carrying extra user attributes [default: X-Remote-Extra-]
+    #[arg(long)]
+    pub requestheader_extra_headers_prefix: Option<String>,
     /// Bearer token for reading Leases or EndpointSlices from the local API server
     /// [default: the in-cluster ServiceAccount token, if present]
     #[arg(long)]
@@ -189,6 +203,11 @@ pub struct Config {
     pub local: Uri,
     pub server_id: ServerName,
     pub peers: Vec<PeerConfig>,
+    pub identity: IdentityMode,
+    pub client_ca_file: Option<PathBuf>,
+    pub requestheader_client_ca_file: Option<PathBuf>,
+    pub requestheader_allowed_names: Vec<String>,
+    pub header_names: HeaderNames,
     pub peer_source: PeerSource,
     pub peer_source_token_file: Option<PathBuf>,
     pub peer_scheme: PeerScheme,
@@ -257,6 +276,18 @@ impl ServeArgs {
             response_header_timeout_seconds: self
                 .response_header_timeout_seconds
                 .or(file.response_header_timeout_seconds),
+            requestheader_username_headers: self
+                .requestheader_username_headers
+                .or(file.requestheader_username_headers),
+            requestheader_uid_headers: self
+                .requestheader_uid_headers
+                .or(file.requestheader_uid_headers),
+            requestheader_group_headers: self
+                .requestheader_group_headers
+                .or(file.requestheader_group_headers),
+            requestheader_extra_headers_prefix: self
+                .requestheader_extra_headers_prefix
+                .or(file.requestheader_extra_headers_prefix),
             peer_source_token_file: self.peer_source_token_file.or(file.peer_source_token_file),
             peer_scheme: self.peer_scheme.or(file.peer_scheme),
         }
@@ -363,12 +394,77 @@ impl ServeArgs {
                 format!("required for https:// peer {}", p.name),
             ));
         }
-        if self.identity.unwrap_or_default() != IdentityMode::Passthrough {
+        let identity = self.identity.unwrap_or_default();
+        if identity == IdentityMode::FrontProxy {
+            if self.client_ca_file.is_none() {
+                return Err(err(
+                    "client-ca-file",
+                    "required with --identity front-proxy (the CA of users' client certificates)",
+                ));
+            }
+            if proxy_client_cert.is_none() {
+                return Err(err(
+                    "proxy-client-cert-file",
+                    "required with --identity front-proxy (API servers trust X-Remote-* headers only from it)",
+                ));
+            }
+        } else if self.client_ca_file.is_some() {
             return Err(err(
-                "identity",
-                "front-proxy is not available in this version; use passthrough",
+                "client-ca-file",
+                "only used with --identity front-proxy",
             ));
         }
+        if let Some(f) = &self.client_ca_file {
+            readable("client-ca-file", f)?;
+        }
+        if let Some(f) = &self.requestheader_client_ca_file {
+            readable("requestheader-client-ca-file", f)?;
+        } else if !self.requestheader_allowed_names.is_empty() {
+            return Err(err(
+                "requestheader-allowed-names",
+                "needs --requestheader-client-ca-file",
+            ));
+        }
+        if (self.client_ca_file.is_some() || self.requestheader_client_ca_file.is_some())
+            && serving_tls.is_none()
+        {
+            return Err(err(
+                "tls-cert-file",
+                "client certificates need a TLS listener: give --tls-cert-file and --tls-key-file",
+            ));
+        }
+        let header = |field: &str,
+                      v: Option<&str>,
+                      default: &'static str|
+         -> Result<HeaderName, ConfigError> {
+            let v = v.unwrap_or(default);
+            HeaderName::from_bytes(v.to_ascii_lowercase().as_bytes())
+                .map_err(|_| err(field, format!("{v:?} is not a header name")))
+        };
+        let header_names = HeaderNames {
+            user: header(
+                "requestheader-username-headers",
+                self.requestheader_username_headers.as_deref(),
+                "X-Remote-User",
+            )?,
+            uid: header(
+                "requestheader-uid-headers",
+                self.requestheader_uid_headers.as_deref(),
+                "X-Remote-Uid",
+            )?,
+            group: header(
+                "requestheader-group-headers",
+                self.requestheader_group_headers.as_deref(),
+                "X-Remote-Group",
+            )?,
+            extra_prefix: header(
+                "requestheader-extra-headers-prefix",
+                self.requestheader_extra_headers_prefix.as_deref(),
+                "X-Remote-Extra-",
+            )?
+            .as_str()
+            .to_owned(),
+        };
         let peer_source = self.peer_source.unwrap_or_default();
         if peer_source != PeerSource::Static && !peers.is_empty() {
             return Err(err(
@@ -393,20 +489,6 @@ impl ServeArgs {
                 "required to verify peers found in the cluster over https",
             ));
         }
-        if self.client_ca_file.is_some() {
-            return Err(err(
-                "client-ca-file",
-                "needs --identity front-proxy, not available in this version",
-            ));
-        }
-        if self.requestheader_client_ca_file.is_some()
-            || !self.requestheader_allowed_names.is_empty()
-        {
-            return Err(err(
-                "requestheader-client-ca-file",
-                "needs --identity front-proxy, not available in this version",
-            ));
-        }
         let seconds =
             |field: &str, v: Option<u64>, default: u64| -> Result<Duration, ConfigError> {
                 match v.unwrap_or(default) {
@@ -429,6 +511,11 @@ impl ServeArgs {
             local,
             server_id,
             peers,
+            identity,
+            client_ca_file: self.client_ca_file,
+            requestheader_client_ca_file: self.requestheader_client_ca_file,
+            requestheader_allowed_names: self.requestheader_allowed_names,
+            header_names,
             peer_source,
             peer_source_token_file,
             peer_scheme,

@@ -4,9 +4,8 @@
 //! Bodies stream both ways, frame by frame, so a watch reaches the client as each event
 //! arrives (hyper writes every frame as it comes, well inside upstream's 200 ms flush
 //! interval). HTTP/1.1 upgrades (exec, attach, port-forward) become a byte tunnel. Hop-by-hop
-//! headers are dropped as RFC 9110 §7.6.1 says, and so are a client's `X-Remote-*` identity
-//! headers (no client is trusted to assert an identity); everything else, `Authorization` and
-//! `Impersonate-*` included, passes as sent. The upstream's status, headers and body come back
+//! headers are dropped as RFC 9110 §7.6.1 says; everything else, `Authorization` and
+//! `Impersonate-*` included, passes as sent (identity headers are [`crate::identity`]'s). The upstream's status, headers and body come back
 //! unchanged. Failures before a response arrives become a [`ProxyError`] naming the upstream
 //! and the cause; there is no retry (one hop, as upstream).
 
@@ -130,7 +129,6 @@ impl Upstream {
         parts.uri = self.uri_for(parts.uri.path_and_query().map(|pq| pq.as_str()))?;
         parts.version = http::Version::HTTP_11;
         strip_hop_by_hop(&mut parts.headers, upgrade);
-        strip_identity(&mut parts.headers);
         parts.headers.remove(header::HOST);
         if peer_hop {
             parts
@@ -284,20 +282,6 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) {
     }
 }
 
-/// Removes front-proxy identity headers (`X-Remote-User`, `-Uid`, `-Group`, `-Extra-*`): an
-/// API server that trusts mvproxy's client certificate would believe them, so a client must
-/// never be able to set them.
-pub fn strip_identity(headers: &mut HeaderMap) {
-    let spoofable: Vec<HeaderName> = headers
-        .keys()
-        .filter(|k| k.as_str().starts_with("x-remote-"))
-        .cloned()
-        .collect();
-    for h in spoofable {
-        headers.remove(h);
-    }
-}
-
 /// An error and its sources in words, deduplicated ("tcp connect error: Connection refused").
 pub fn causes(e: &(dyn StdError + 'static)) -> String {
     let mut parts: Vec<String> = Vec::new();
@@ -337,25 +321,6 @@ mod tests {
         let mut left: Vec<_> = h.keys().map(|k| k.as_str()).collect();
         left.sort();
         assert_eq!(left, ["accept", "authorization", "impersonate-user"]);
-    }
-
-    #[test]
-    fn client_identity_headers_are_removed() {
-        let mut h = HeaderMap::new();
-        for k in [
-            "x-remote-user",
-            "x-remote-group",
-            "x-remote-uid",
-            "x-remote-extra-scopes",
-            "x-request-id",
-        ] {
-            h.insert(HeaderName::from_static(k), HeaderValue::from_static("v"));
-        }
-        strip_identity(&mut h);
-        assert_eq!(
-            h.keys().map(|k| k.as_str()).collect::<Vec<_>>(),
-            ["x-request-id"]
-        );
     }
 
     #[test]

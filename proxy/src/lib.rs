@@ -11,6 +11,7 @@
 //! - [`classify`]: the path as kube-apiserver's RequestInfo reads it;
 //! - [`discovery`]: what each server serves (fetch, refresh, the routing snapshot, merge);
 //! - [`route`]: the decision, a pure function of the request and the snapshot;
+//! - [`identity`]: what the API servers are told about who the client is;
 //! - [`forward`]: streaming the request to the chosen upstream and its answer back;
 //! - [`error`]: every failure mvproxy answers itself, as a Kubernetes `Status`;
 //! - [`server`] ties them together per request and runs the listener, with [`spans`] for
@@ -30,6 +31,7 @@ pub mod config;
 pub mod discovery;
 pub mod error;
 pub mod forward;
+pub mod identity;
 pub mod peers;
 pub mod route;
 pub mod server;

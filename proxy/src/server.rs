@@ -31,11 +31,14 @@ use crate::discovery::types::CONTENT_TYPE_V2;
 use crate::discovery::{Cache, ServerName, Snapshot};
 use crate::error::ProxyError;
 use crate::forward::{Body, Upstream, full};
+use crate::identity::{Authenticator, ClientIdentity};
 use crate::route::{LocalReason, MergedFormat, Route, decide};
 use crate::spans;
 
 /// What every request needs: the upstreams, the discovery cache and the metric handles.
 pub struct App {
+    /// Turns a connection's client certificate into the identity headers upstreams see.
+    pub auth: Authenticator,
     pub server_id: ServerName,
     /// The proxy listener's address (the `server.*` attributes of server spans).
     pub listen: SocketAddr,
@@ -44,8 +47,13 @@ pub struct App {
     pub metrics: Arc<Metrics>,
 }
 
-/// Handles one request: classify → look up and decide → forward → record.
-pub async fn handle(app: Arc<App>, req: Request<Incoming>) -> Response<Body> {
+/// Handles one request from a client with `identity`: classify → look up and decide →
+/// forward → record.
+pub async fn handle(
+    app: Arc<App>,
+    identity: Arc<ClientIdentity>,
+    mut req: Request<Incoming>,
+) -> Response<Body> {
     let start = Instant::now();
     let method = req.method().clone();
     let path = req.uri().path().to_owned();
@@ -74,6 +82,7 @@ pub async fn handle(app: Arc<App>, req: Request<Incoming>) -> Response<Body> {
     }
 
     // 3. forward, or answer
+    app.auth.apply(&identity, req.headers_mut());
     let result = respond(&app, &snap, &span, &info, &route, req)
         .instrument(span.clone())
         .await;
@@ -383,18 +392,24 @@ pub async fn serve(
         };
         let _ = stream.set_nodelay(true);
         let app = app.clone();
-        let service = hyper::service::service_fn(move |req| {
-            let app = app.clone();
-            async move { Ok::<_, std::convert::Infallible>(handle(app, req).await) }
-        });
         let builder = builder.clone();
         let watcher = graceful.watcher();
         let tls = tls.clone();
         tokio::spawn(async move {
+            let auth_app = app.clone();
+            let service = |identity: ClientIdentity| {
+                let identity = Arc::new(identity);
+                hyper::service::service_fn(move |req| {
+                    let (app, identity) = (app.clone(), identity.clone());
+                    async move { Ok::<_, std::convert::Infallible>(handle(app, identity, req).await) }
+                })
+            };
             let result = match tls {
                 Some(acceptor) => match acceptor.accept(stream).await {
                     Ok(s) => {
-                        let conn = builder.serve_connection_with_upgrades(TokioIo::new(s), service);
+                        let identity = auth_app.auth.identify(s.get_ref().1.peer_certificates());
+                        let conn = builder
+                            .serve_connection_with_upgrades(TokioIo::new(s), service(identity));
                         watcher.watch(conn.into_owned()).await
                     }
                     Err(e) => {
@@ -403,8 +418,10 @@ pub async fn serve(
                     }
                 },
                 None => {
-                    let conn =
-                        builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
+                    let conn = builder.serve_connection_with_upgrades(
+                        TokioIo::new(stream),
+                        service(ClientIdentity::Anonymous),
+                    );
                     watcher.watch(conn.into_owned()).await
                 }
             };

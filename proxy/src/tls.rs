@@ -37,6 +37,11 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::aws_lc_rs::default_provider())
 }
 
+/// The trust store of a CA file.
+pub fn roots(ca_file: &Path) -> Result<RootCertStore, TlsError> {
+    root_store(ca_file)
+}
+
 /// Reads every certificate of a PEM file.
 pub fn load_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
     let data = std::fs::read(path).map_err(|e| file_error(path, e))?;
@@ -66,14 +71,39 @@ fn root_store(ca_file: &Path) -> Result<RootCertStore, TlsError> {
     Ok(roots)
 }
 
-/// The serving config for `--listen` (TLS 1.2 and 1.3, HTTP/2 and HTTP/1.1 by ALPN).
-pub fn server_config(cert: &Path, key: &Path) -> Result<ServerConfig, TlsError> {
+/// The serving config for `--listen` (TLS 1.2 and 1.3, HTTP/2 and HTTP/1.1 by ALPN). Client
+/// certificates signed by one of `client_cas` are asked for, never required.
+pub fn server_config(
+    cert: &Path,
+    key: &Path,
+    client_cas: &[&Path],
+) -> Result<ServerConfig, TlsError> {
     let certs = load_certs(cert)?;
     let key = load_key(key)?;
-    let mut config = ServerConfig::builder_with_provider(provider())
+    let builder = ServerConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
-        .map_err(|e| TlsError::Config(e.to_string()))?
-        .with_no_client_auth()
+        .map_err(|e| TlsError::Config(e.to_string()))?;
+    let builder = if client_cas.is_empty() {
+        builder.with_no_client_auth()
+    } else {
+        let mut roots = RootCertStore::empty();
+        for ca in client_cas {
+            for cert in load_certs(ca)? {
+                roots
+                    .add(cert)
+                    .map_err(|e| file_error(ca, format!("bad CA certificate: {e}")))?;
+            }
+        }
+        let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+            Arc::new(roots),
+            provider(),
+        )
+        .allow_unauthenticated()
+        .build()
+        .map_err(|e| TlsError::Config(format!("client certificate verifier: {e}")))?;
+        builder.with_client_cert_verifier(verifier)
+    };
+    let mut config = builder
         .with_single_cert(certs, key)
         .map_err(|e| TlsError::Config(format!("serving certificate and key: {e}")))?;
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
@@ -136,7 +166,8 @@ mod tests {
         let (c, k) = (dir.join("c.pem"), dir.join("k.pem"));
         std::fs::write(&c, cert.pem()).unwrap();
         std::fs::write(&k, key.serialize_pem()).unwrap();
-        server_config(&c, &k).unwrap();
+        server_config(&c, &k, &[]).unwrap();
+        server_config(&c, &k, &[&c]).unwrap();
         client_config(&c, Some((&c, &k))).unwrap();
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -120,7 +120,43 @@ fn invalid_values_name_their_field() {
                 identity: Some(IdentityMode::FrontProxy),
                 ..args("http://h:1", &[])
             },
-            "identity",
+            "client-ca-file",
+        ),
+        (
+            ServeArgs {
+                identity: Some(IdentityMode::FrontProxy),
+                client_ca_file: Some("/etc/hostname".into()),
+                ..args("http://h:1", &[])
+            },
+            "proxy-client-cert-file",
+        ),
+        (
+            ServeArgs {
+                client_ca_file: Some("/etc/hostname".into()),
+                ..args("http://h:1", &[])
+            },
+            "client-ca-file",
+        ),
+        (
+            ServeArgs {
+                requestheader_client_ca_file: Some("/etc/hostname".into()),
+                ..args("http://h:1", &[])
+            },
+            "tls-cert-file",
+        ),
+        (
+            ServeArgs {
+                requestheader_allowed_names: vec!["front-proxy-client".into()],
+                ..args("http://h:1", &[])
+            },
+            "requestheader-allowed-names",
+        ),
+        (
+            ServeArgs {
+                requestheader_username_headers: Some("bad header".into()),
+                ..args("http://h:1", &[])
+            },
+            "requestheader-username-headers",
         ),
         (
             ServeArgs {
