@@ -7,6 +7,7 @@
 mod cli;
 mod cluster;
 mod discovery;
+mod identity;
 mod metrics;
 mod observability;
 mod peer_sources;

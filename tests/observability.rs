@@ -1231,17 +1231,39 @@ async fn kubernetes_manifests_use_kubeadm_paths_and_configs_mvproxy_accepts() {
         assert_eq!(code, 0, "{name}: {out}");
         assert!(out.contains("valid"), "{name}: {out}");
     }
-    // What the manifests leave out because this version refuses it.
+    // Switching a shipped config to a cluster peer source or to front-proxy identity: what
+    // must change is refused with the field named, and the changed config is valid.
     let (_, base) = &configs[0];
     for (line, field) in [
-        ("peer-source: leases", "peer-source"),
-        ("peer-source: endpointslices", "peer-source"),
-        ("identity: front-proxy", "identity"),
+        ("peer-source: leases", "peer:"),
+        ("peer-source: endpointslices", "peer:"),
+        ("identity: front-proxy", "client-ca-file:"),
     ] {
         let (code, out) = check_config(dir.path(), &format!("{base}\n{line}\n")).await;
         assert_eq!(code, 2, "{line}: {out}");
         assert!(out.contains(field), "{out}");
     }
+    let without_peers: String = base
+        .lines()
+        .take_while(|l| !l.starts_with("peers:"))
+        .chain(
+            base.lines()
+                .skip_while(|l| !l.starts_with("peers:"))
+                .skip(1)
+                .skip_while(|l| l.starts_with("  - ")),
+        )
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let (code, out) =
+        check_config(dir.path(), &format!("{without_peers}peer-source: leases\n")).await;
+    assert_eq!(code, 0, "{without_peers}: {out}");
+    let ca = format!("{}/ca.crt", pki.path().display());
+    let (code, out) = check_config(
+        dir.path(),
+        &format!("{base}\nidentity: front-proxy\nclient-ca-file: {ca}\nrequestheader-client-ca-file: {ca}\nrequestheader-allowed-names: [front-proxy-client]\n"),
+    )
+    .await;
+    assert_eq!(code, 0, "{out}");
 
     let kubeadm = yaml_docs("deploy/kubernetes/kubeadm-config.yaml");
     let cluster = kubeadm

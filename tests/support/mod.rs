@@ -386,3 +386,75 @@ pub fn requests_for(s: &StandInRunning, needle: &str) -> Vec<RecordedRequest> {
         .filter(|r| r.path_and_query.contains(needle))
         .collect()
 }
+
+/// A request over HTTPS trusting `ca` only, presenting `client` (a certificate and key) if
+/// given; bounded by [`PATIENCE`].
+pub async fn https_get(
+    addr: SocketAddr,
+    path: &str,
+    ca: &Path,
+    client: Option<&pki::Pair>,
+    headers: &[(&str, &str)],
+) -> Result<Resp, String> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_file_iter(ca).map_err(|e| e.to_string())? {
+        roots
+            .add(c.map_err(|e| e.to_string())?)
+            .map_err(|e| e.to_string())?;
+    }
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots);
+    let config = match client {
+        Some(pair) => {
+            let certs = CertificateDer::pem_file_iter(&pair.cert)
+                .map_err(|e| e.to_string())?
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| e.to_string())?;
+            let key = PrivateKeyDer::from_pem_file(&pair.key).map_err(|e| e.to_string())?;
+            builder
+                .with_client_auth_cert(certs, key)
+                .map_err(|e| e.to_string())?
+        }
+        None => builder.with_no_client_auth(),
+    };
+    let fut = async {
+        let tcp = tokio::net::TcpStream::connect(addr)
+            .await
+            .map_err(|e| e.to_string())?;
+        let name = ServerName::IpAddress(addr.ip().into());
+        let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+            .connect(name, tcp)
+            .await
+            .map_err(|e| e.to_string())?;
+        let (mut sender, conn) =
+            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls))
+                .await
+                .map_err(|e| e.to_string())?;
+        tokio::spawn(conn);
+        let mut req = Request::builder()
+            .uri(path)
+            .header("host", addr.to_string());
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        let req = req
+            .body(Full::new(Bytes::new()))
+            .map_err(|e| e.to_string())?;
+        let resp = sender.send_request(req).await.map_err(|e| e.to_string())?;
+        let (parts, body) = resp.into_parts();
+        let body = body.collect().await.map_err(|e| e.to_string())?.to_bytes();
+        Ok(Resp {
+            status: parts.status,
+            headers: parts.headers,
+            body,
+        })
+    };
+    tokio::time::timeout(PATIENCE, fut)
+        .await
+        .map_err(|_| format!("no answer within {PATIENCE:?}"))?
+}

@@ -48,6 +48,25 @@ impl Ca {
         &self.pem
     }
 
+    /// A client certificate for user `cn` in groups `orgs` (rcgen keeps one O per name).
+    pub fn issue_client(&self, name: &str, cn: &str, orgs: &[&str]) -> Pair {
+        let mut params = CertificateParams::new(Vec::<String>::new()).expect("params");
+        params.distinguished_name.push(DnType::CommonName, cn);
+        for o in orgs {
+            params.distinguished_name.push(DnType::OrganizationName, *o);
+        }
+        params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+        let key = KeyPair::generate().expect("key");
+        let cert = params.signed_by(&key, &self.issuer).expect("sign");
+        let pair = Pair {
+            cert: self.dir.path().join(format!("{name}.crt")),
+            key: self.dir.path().join(format!("{name}.key")),
+        };
+        std::fs::write(&pair.cert, cert.pem()).expect("write cert");
+        std::fs::write(&pair.key, key.serialize_pem()).expect("write key");
+        pair
+    }
+
     /// A leaf certificate for `sans` (DNS names or IPs) with common name `cn`, as `name.crt`/`name.key`.
     pub fn issue(&self, name: &str, cn: &str, sans: &[&str]) -> Pair {
         let mut params =
