@@ -124,3 +124,53 @@ async fn sigterm_stops_the_proxy_cleanly() {
         "listener closed"
     );
 }
+
+/// An upstream that answers every request after `delay` (404 for discovery, so it serves
+/// nothing and every request is routed to it as `no_peer`).
+async fn slow_upstream(delay: std::time::Duration) -> std::net::SocketAddr {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 4096];
+                while let Ok(n) = s.read(&mut buf).await {
+                    if n == 0 {
+                        return;
+                    }
+                    let head = String::from_utf8_lossy(&buf[..n]).to_string();
+                    let resp = if head.starts_with("GET /api ") || head.starts_with("GET /apis ") {
+                        "HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n".to_owned()
+                    } else {
+                        tokio::time::sleep(delay).await;
+                        "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: 8\r\n\r\nfinished".to_owned()
+                    };
+                    if s.write_all(resp.as_bytes()).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test]
+async fn sigterm_drains_in_flight_requests() {
+    let upstream = slow_upstream(std::time::Duration::from_millis(1500)).await;
+    let p = Proxy::start(&proxy_args("local", &format!("http://{upstream}"), &[])).await;
+    p.ready().await;
+    let url = format!("{}/api/v1/namespaces/default/configmaps", p.url());
+    let in_flight = tokio::spawn(async move { get(&url, &[]).await });
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let pid = p.pid();
+    let status = p.terminate().await;
+    assert!(status.success(), "mvproxy {pid}: {status:?}");
+    let r = in_flight
+        .await
+        .unwrap()
+        .expect("the in-flight request was answered");
+    assert_eq!(r.status, http::StatusCode::OK);
+    assert_eq!(r.text(), "finished");
+}
