@@ -43,6 +43,7 @@ http {
   server {
     listen $UP;
     root $work/root;
+    location = /api { return 404; }
     location = /apis { default_type "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"; try_files /apis/index.json =404; }
     location / { default_type application/json; }
   }
@@ -73,4 +74,6 @@ import sys
 nginx, mvp = map(float, sys.argv[1:3])
 print(f"mvproxy/nginx throughput ratio: {mvp/nginx:.2f}")
 PY
-grep -c '"level":"WARN"' "$work/logs/mvproxy.log" | xargs echo "mvproxy warnings:"
+warnings=$(grep -c "\"level\":\"WARN\"" "$work/logs/mvproxy.log" || true)
+echo "mvproxy warnings: $warnings"
+grep "\"level\":\"WARN\"" "$work/logs/mvproxy.log" | head -3 || true

@@ -4,7 +4,9 @@
 //! `CLIENT` span per upstream attempt, whose context is what the upstream receives. Attributes
 //! follow the OpenTelemetry HTTP conventions plus the GVR and the routing decision, all of low
 //! cardinality. Cache lookups and merges are events on the server span, not spans of their own.
-//! Everything here is plain `tracing`; the telemetry crate turns it into OpenTelemetry.
+//! Everything here is plain `tracing`; the telemetry crate turns it into OpenTelemetry. Spans
+//! and events use the span-only target: log lines never carry them, so without an exporter
+//! no layer wants them and they cost next to nothing.
 
 use http::{Method, StatusCode, Uri};
 use mvproxy_telemetry::propagation;
@@ -35,6 +37,7 @@ pub fn server(
     headers: &http::HeaderMap,
 ) -> Span {
     let span = tracing::info_span!(
+        target: SPAN_EVENTS,
         "request",
         otel.name = %span_name(method, info),
         otel.kind = "server",
@@ -91,6 +94,7 @@ pub fn client(
             80
         });
     let span = tracing::info_span!(
+        target: SPAN_EVENTS,
         parent: server,
         "upstream",
         otel.name = %span_name(method, info),

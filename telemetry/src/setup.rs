@@ -17,7 +17,8 @@ use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{Layer, Registry};
 
-/// Target of events meant only for spans (cache lookups, merges): never written as log lines.
+/// Target of spans and span events (cache lookups, merges): exported as traces, never written
+/// as log lines.
 pub const SPAN_EVENTS: &str = "mvproxy::span_event";
 
 /// A setting that cannot be used: the variable and why.
