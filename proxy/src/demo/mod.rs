@@ -4,3 +4,5 @@
 //! binary, starting with [`catalog`]: the API surface of the two releases it upgrades between.
 
 pub mod catalog;
+pub mod plan;
+pub mod workload;
