@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use mvproxy::config::{EXIT_CONFIG, LogFormat, ServeArgs};
+use mvproxy::demo::DemoArgs;
 
 /// A version-aware proxy for Kubernetes API servers during mixed-version upgrades.
 #[derive(Parser)]
@@ -18,6 +19,9 @@ struct Cli {
 enum Command {
     /// Proxy one API server, routing what only a peer serves to that peer.
     Serve(Box<ServeArgs>),
+    /// Rehearse a rolling upgrade of a 3-node control plane through mvproxy, on loopback, and
+    /// report what clients met (exit 0 if the report reconciles with mvproxy's metrics).
+    Demo(Box<DemoArgs>),
     /// Validate a configuration file and exit (0 if valid, 2 if not).
     CheckConfig {
         /// The YAML file to check.
@@ -56,6 +60,18 @@ fn main() -> ExitCode {
                 ExitCode::SUCCESS
             })
         }
+        Command::Demo(args) => {
+            // The demo's own output is the progress line and the report: proxy logs only for
+            // errors unless RUST_LOG asks for more.
+            init_logs_with(LogFormat::Text, "error");
+            match tokio::runtime::Runtime::new() {
+                Ok(runtime) => runtime.block_on(mvproxy::demo::run(*args)),
+                Err(e) => {
+                    eprintln!("mvproxy: cannot start the runtime: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Command::CheckConfig { config } => {
             let args = ServeArgs {
                 config: Some(config.clone()),
@@ -85,8 +101,13 @@ fn config_error(e: &mvproxy::config::ConfigError) -> ExitCode {
 }
 
 fn init_logs(format: LogFormat) {
+    init_logs_with(format, "info");
+}
+
+/// Logs to stderr; `RUST_LOG` overrides `default_filter`.
+fn init_logs_with(format: LogFormat, default_filter: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
