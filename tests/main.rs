@@ -3,6 +3,7 @@
 
 mod cli;
 mod cluster;
+mod demo;
 mod discovery;
 mod routing;
 mod tls;
