@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 use super::DemoError;
 use super::catalog::{self, Release};
 use super::plan::{ClusterState, NODES, NodeState, Surfaces, node_name};
-use super::workload::{NAMESPACE, SEEDED, api_version};
+use super::workload::{NAMESPACE, SEEDED, api_version, seeded_name};
 use crate::app;
 use crate::classify::Gvr;
 use crate::config::ServeArgs;
@@ -306,7 +306,7 @@ async fn start_standin(
     Ok(running)
 }
 
-/// `demo-0` … for every resource the release serves that can be read: what a shared etcd
+/// `seed-0` … for every resource the release serves that can be read: what a shared etcd
 /// would already hold when a server starts.
 fn seed(running: &standin::Running, release: Release) {
     for r in catalog::resources() {
@@ -314,7 +314,7 @@ fn seed(running: &standin::Running, release: Release) {
             continue;
         }
         for n in 0..SEEDED {
-            let mut metadata = serde_json::json!({ "name": format!("demo-{n}") });
+            let mut metadata = serde_json::json!({ "name": seeded_name(n) });
             if r.namespaced {
                 metadata["namespace"] = NAMESPACE.into();
             }

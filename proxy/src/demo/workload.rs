@@ -63,6 +63,11 @@ const VERBS: &[(Verb, u64)] = &[
 pub const NAMESPACE: &str = "default";
 /// Objects every server holds for every resource it serves, so gets find them.
 pub const SEEDED: u64 = 2;
+
+/// The name of seeded object `n` (creates use `demo-{seq}`, so they never collide).
+pub fn seeded_name(n: u64) -> String {
+    format!("seed-{n}")
+}
 /// Server-side bound on a watch (the client leaves after the first event anyway).
 const WATCH_TIMEOUT_SECONDS: u32 = 2;
 
@@ -257,7 +262,7 @@ impl Request {
         };
         let collection = collection_path(r);
         match self.verb {
-            Verb::Get => format!("{collection}/demo-{}", self.seq % SEEDED),
+            Verb::Get => format!("{collection}/{}", seeded_name(self.seq % SEEDED)),
             Verb::Watch => {
                 format!("{collection}?watch=true&timeoutSeconds={WATCH_TIMEOUT_SECONDS}")
             }
@@ -474,7 +479,7 @@ mod tests {
         };
         assert_eq!(
             req(Verb::Get, "v1/pods", 3).path(&resources),
-            "/api/v1/namespaces/default/pods/demo-1"
+            "/api/v1/namespaces/default/pods/seed-1"
         );
         assert_eq!(
             req(Verb::Watch, "v1/nodes", 3).path(&resources),
