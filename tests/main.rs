@@ -6,6 +6,7 @@
 
 mod cli;
 mod cluster;
+mod demo;
 mod discovery;
 mod identity;
 mod metrics;

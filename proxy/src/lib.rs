@@ -21,13 +21,15 @@
 //! [`peers`] finds peers in the cluster (identity Leases or EndpointSlices).
 //!
 //! [`config`] turns flags and YAML into a validated [`config::Config`]; [`app`] starts
-//! everything from it. [`standin`] is a stand-in API server for tests and the demo; the
-//! request path never uses it.
+//! everything from it. [`standin`] is a stand-in API server for tests and the demo, and
+//! [`demo`] is `mvproxy demo` (a rolling upgrade rehearsed in one process); the request path
+//! never uses either.
 
 pub mod admin;
 pub mod app;
 pub mod classify;
 pub mod config;
+pub mod demo;
 pub mod discovery;
 pub mod error;
 pub mod forward;

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use mvproxy::config::{EXIT_CONFIG, LogFormat, ServeArgs};
+use mvproxy::demo::DemoArgs;
 
 /// A version-aware proxy for Kubernetes API servers during mixed-version upgrades.
 #[derive(Parser)]
@@ -18,6 +19,9 @@ struct Cli {
 enum Command {
     /// Proxy one API server, routing what only a peer serves to that peer.
     Serve(Box<ServeArgs>),
+    /// Rehearse a rolling upgrade of a 3-node control plane through mvproxy, on loopback, and
+    /// report what clients met (exit 0 if the report reconciles with mvproxy's metrics).
+    Demo(Box<DemoArgs>),
     /// Validate a configuration file and exit (0 if valid, 2 if not).
     CheckConfig {
         /// The YAML file to check.
@@ -73,6 +77,35 @@ fn main() -> ExitCode {
                 running.shutdown().await;
                 ExitCode::SUCCESS
             })
+        }
+        Command::Demo(args) => {
+            // The demo's own output is the progress line and the report: proxy logs only for
+            // errors unless RUST_LOG asks for more. Traces go out as in production.
+            let mut telemetry =
+                match mvproxy_telemetry::Settings::from_lookup(|k| std::env::var(k).ok(), false) {
+                    Ok(t) => t,
+                    Err(e) => {
+                        eprintln!("mvproxy: {e}");
+                        return ExitCode::from(EXIT_CONFIG as u8);
+                    }
+                };
+            telemetry.default_log_filter = "error".to_owned();
+            match tokio::runtime::Runtime::new() {
+                Ok(runtime) => runtime.block_on(async {
+                    let _telemetry = match mvproxy_telemetry::init(&telemetry) {
+                        Ok(guard) => guard,
+                        Err(e) => {
+                            eprintln!("mvproxy: {e}");
+                            return ExitCode::from(EXIT_CONFIG as u8);
+                        }
+                    };
+                    mvproxy::demo::run(*args).await
+                }),
+                Err(e) => {
+                    eprintln!("mvproxy: cannot start the runtime: {e}");
+                    ExitCode::FAILURE
+                }
+            }
         }
         Command::CheckConfig { config } => {
             let args = ServeArgs {

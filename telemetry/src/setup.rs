@@ -52,6 +52,8 @@ pub struct Settings {
     /// `OTEL_SERVICE_NAME`, else `service.name` from `OTEL_RESOURCE_ATTRIBUTES`, else `mvproxy`.
     pub service_name: String,
     pub json_logs: bool,
+    /// Log filter when `RUST_LOG` is unset.
+    pub default_log_filter: String,
 }
 
 impl Settings {
@@ -108,6 +110,7 @@ impl Settings {
             sampler: sampler(get("OTEL_TRACES_SAMPLER"), get("OTEL_TRACES_SAMPLER_ARG"))?,
             service_name,
             json_logs,
+            default_log_filter: "info".to_owned(),
         })
     }
 }
@@ -185,7 +188,7 @@ impl Drop for TelemetryGuard {
 /// exporter when one is configured). Must run inside a Tokio runtime when exporting over gRPC.
 pub fn init(settings: &Settings) -> Result<TelemetryGuard, TelemetryError> {
     let log_filter = EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| EnvFilter::new("info"))
+        .unwrap_or_else(|_| EnvFilter::new(&settings.default_log_filter))
         .add_directive(
             format!("{SPAN_EVENTS}=off")
                 .parse()

@@ -185,8 +185,10 @@ const RESOURCES: &[Resource] = &[
     },
 ];
 
-/// The core group (`""`, version `v1`) in aggregated form.
-pub(super) fn core_group() -> ApiGroupDiscovery {
+/// The core group (`""`, version `v1`) in aggregated form. The demo's catalog uses it for
+/// both releases it models: 1.31 serves the same core resources, and routing keys on
+/// group, version and resource only.
+pub fn core_group() -> ApiGroupDiscovery {
     ApiGroupDiscovery {
         metadata: ObjectMeta::default(),
         versions: vec![ApiVersionDiscovery {

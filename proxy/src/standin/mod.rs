@@ -49,6 +49,7 @@ use tokio::task::JoinHandle;
 use crate::discovery::types::ApiGroupDiscoveryList;
 
 use catalog::Catalog;
+pub use core_v1::core_group;
 use documents::Documents;
 use store::Store;
 
