@@ -72,7 +72,7 @@ fn main() -> ExitCode {
                         return ExitCode::FAILURE;
                     }
                 };
-                shutdown_signal().await;
+                mvproxy::app::shutdown_signal().await;
                 tracing::info!("shutting down: draining in-flight requests");
                 running.shutdown().await;
                 ExitCode::SUCCESS
@@ -133,26 +133,4 @@ fn main() -> ExitCode {
 fn config_error(e: &mvproxy::config::ConfigError) -> ExitCode {
     eprintln!("mvproxy: {e}");
     ExitCode::from(EXIT_CONFIG as u8)
-}
-
-async fn shutdown_signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = term.recv() => {}
-                    _ = tokio::signal::ctrl_c() => {}
-                }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
-    }
 }

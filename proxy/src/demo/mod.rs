@@ -346,25 +346,7 @@ async fn keep_running(stack: &Stack, interrupt: &CancellationToken) {
 
 /// Cancels `interrupt` on Ctrl-C or SIGTERM.
 async fn watch_signals(interrupt: CancellationToken) {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = term.recv() => {}
-                    _ = tokio::signal::ctrl_c() => {}
-                }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
-    }
+    crate::app::shutdown_signal().await;
     interrupt.cancel();
 }
 

@@ -23,7 +23,7 @@ pub enum DiscoveryFormat {
     Unsupported,
 }
 
-/// Reads the `Accept` header (absent means plain JSON, as in Go's negotiation).
+/// Reads the `Accept` header (absent or empty means plain JSON, as in Go's negotiation).
 pub fn negotiate(accept: Option<&HeaderValue>) -> DiscoveryFormat {
     let Some(accept) = accept else {
         return DiscoveryFormat::Legacy;
@@ -31,6 +31,9 @@ pub fn negotiate(accept: Option<&HeaderValue>) -> DiscoveryFormat {
     let Ok(accept) = accept.to_str() else {
         return DiscoveryFormat::Unsupported;
     };
+    if accept.trim().is_empty() {
+        return DiscoveryFormat::Legacy;
+    }
     accept
         .split(',')
         .filter_map(media_range)
@@ -130,7 +133,7 @@ mod tests {
                 ),
                 AggregatedV2 { nopeer: false },
             ),
-            (Some(""), Unsupported),
+            (Some(""), Legacy),
         ];
         for (accept, want) in cases {
             let header = accept.map(|a| HeaderValue::from_str(a).unwrap());

@@ -17,6 +17,7 @@ use crate::discovery::types::{
 
 use super::catalog::Catalog;
 use super::respond::{self, Body, Status};
+use crate::discovery::negotiate::DiscoveryFormat;
 
 const JSON: &str = "application/json";
 
@@ -125,53 +126,15 @@ pub(super) fn resources(catalog: &Catalog, group: &str, version: &str) -> Option
     Some(respond::json(StatusCode::OK, &resource_list(group, served)))
 }
 
-/// Reads `Accept`: the first acceptable media range wins; absent or empty accepts anything,
-/// which is plain JSON. `profile=nopeer` is accepted and changes nothing, since a single
-/// server has no peers to leave out.
+/// Reads `Accept` as kube-apiserver does (mvproxy's own negotiation: the first acceptable
+/// media range wins). `profile=nopeer` is accepted and changes nothing, since a single server
+/// has no peers to leave out.
 pub(super) fn negotiate(accept: Option<&HeaderValue>) -> Format {
-    let Some(accept) = accept else {
-        return Format::Legacy;
-    };
-    let Ok(accept) = accept.to_str() else {
-        return Format::NotAcceptable;
-    };
-    if accept.trim().is_empty() {
-        return Format::Legacy;
-    }
-    accept
-        .split(',')
-        .find_map(media_range)
-        .unwrap_or(Format::NotAcceptable)
-}
-
-fn media_range(range: &str) -> Option<Format> {
-    let mut parts = range.split(';').map(str::trim);
-    let media_type = parts.next()?.to_ascii_lowercase();
-    if !matches!(
-        media_type.as_str(),
-        "application/json" | "application/*" | "*/*"
-    ) {
-        return None;
-    }
-    let (mut group, mut version, mut kind) = (None, None, None);
-    for param in parts {
-        let Some((key, value)) = param.split_once('=') else {
-            continue;
-        };
-        let value = value.trim().trim_matches('"');
-        match key.trim() {
-            "g" => group = Some(value),
-            "v" => version = Some(value),
-            "as" => kind = Some(value),
-            "q" if value.parse::<f32>().is_ok_and(|q| q <= 0.0) => return None,
-            _ => {}
-        }
-    }
-    match (group, version, kind) {
-        (None, None, None) => Some(Format::Legacy),
-        (Some(AGGREGATED_GROUP), Some("v2"), Some(AGGREGATED_KIND)) => Some(Format::V2),
-        (Some(AGGREGATED_GROUP), Some("v2beta1"), Some(AGGREGATED_KIND)) => Some(Format::V2Beta1),
-        _ => None,
+    match crate::discovery::negotiate::negotiate(accept) {
+        DiscoveryFormat::AggregatedV2 { .. } => Format::V2,
+        DiscoveryFormat::AggregatedV2Beta1 => Format::V2Beta1,
+        DiscoveryFormat::Legacy => Format::Legacy,
+        DiscoveryFormat::Unsupported => Format::NotAcceptable,
     }
 }
 
