@@ -416,3 +416,96 @@ async fn counters_stand_in_logs_and_server_spans_reconcile() {
     let clients = spans.iter().filter(|s| s.kind == KIND_CLIENT).count();
     assert_eq!(clients, 7, "one client span per upstream attempt");
 }
+
+#[tokio::test]
+async fn a_peer_routed_request_logs_one_json_line_with_its_trace_and_no_secret() {
+    let receiver = Receiver::http().await;
+    let env = otel_env(&receiver, false);
+    let a = standin("apiserver-a", &apis_134()).await;
+    let b = standin("apiserver-b", &apis_131()).await;
+    let p = Proxy::start_with_env(
+        &proxy_args("apiserver-a", &a.url(), &[("apiserver-b", &b.url())]),
+        &env_refs(&env),
+    )
+    .await;
+    p.ready().await;
+    crate::cluster::wait_all_up(&p).await;
+    let r = get(
+        &format!("{}{OLD_ONLY}", p.url()),
+        &[
+            ("traceparent", &format!("00-{TRACE}-{CLIENT_SPAN}-01")),
+            ("authorization", "Bearer very-secret-token"),
+        ],
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status, StatusCode::OK);
+    let spans = receiver
+        .wait_for("the trace", |s| in_trace(s, TRACE).len() >= 2)
+        .await;
+    let server = in_trace(&spans, TRACE)
+        .into_iter()
+        .find(|s| s.kind == KIND_SERVER)
+        .unwrap();
+
+    let log = p.log();
+    let lines: Vec<serde_json::Value> = log
+        .iter()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v["fields"]["message"] == "proxied to peer")
+        .collect();
+    assert_eq!(lines.len(), 1, "one line per proxied request: {log:#?}");
+    let f = &lines[0]["fields"];
+    assert_eq!(lines[0]["level"], "INFO");
+    assert_eq!(f["trace_id"], TRACE);
+    assert_eq!(
+        f["span_id"],
+        server.span_id.as_str(),
+        "the server span's id"
+    );
+    assert_eq!(f["peer"], "apiserver-b");
+    assert_eq!(f["status"], 200);
+    assert!(
+        log.iter().all(|l| !l.contains("very-secret-token")),
+        "Authorization never reaches a log"
+    );
+}
+
+#[tokio::test]
+async fn a_failed_request_has_an_error_span_with_an_exception_event() {
+    let receiver = Receiver::http().await;
+    let env = otel_env(&receiver, false);
+    let a = standin("apiserver-a", &apis_134()).await;
+    // a peer that never answers: what only it might serve is a 503
+    let p = Proxy::start_with_env(
+        &proxy_args(
+            "apiserver-a",
+            &a.url(),
+            &[("apiserver-b", &format!("http://127.0.0.1:{}", free_port()))],
+        ),
+        &env_refs(&env),
+    )
+    .await;
+    p.ready().await;
+    let r = get(
+        &format!("{}{OLD_ONLY}", p.url()),
+        &[("traceparent", &format!("00-{TRACE}-{CLIENT_SPAN}-01"))],
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE);
+    let spans = receiver
+        .wait_for("the failed request's span", |s| {
+            !in_trace(s, TRACE).is_empty()
+        })
+        .await;
+    let server = &in_trace(&spans, TRACE)[0];
+    assert_eq!(server.kind, KIND_SERVER);
+    assert_eq!(server.status_code, 2, "error status: {server:#?}");
+    assert_eq!(server.attr("http.response.status_code"), "503");
+    assert_eq!(server.attr("error.type"), "ServiceUnavailable");
+    assert!(
+        server.events.contains(&"exception".to_owned()),
+        "{server:#?}"
+    );
+}
