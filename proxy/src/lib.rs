@@ -18,7 +18,9 @@
 //!   `/debug/discovery`.
 //!
 //! [`config`] turns flags and YAML into a validated [`config::Config`]; [`app`] starts
-//! everything from it. [`standin`] is a stand-in API server for tests and the demo; the
+//! everything from it. [`limits`] bounds what one client can make the proxy hold (request
+//! heads and bodies, connections, discovery documents); [`tls`] builds the TLS configs from
+//! files and reloads them when they change. [`standin`] is a stand-in API server for tests and the demo; the
 //! request path never uses it.
 
 pub mod admin;
@@ -28,6 +30,7 @@ pub mod config;
 pub mod discovery;
 pub mod error;
 pub mod forward;
+pub mod limits;
 pub mod route;
 pub mod server;
 pub mod spans;

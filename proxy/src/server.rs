@@ -3,7 +3,7 @@
 //! [`handle`] is the whole story, in order: classify the path, look up the snapshot and decide
 //! where it goes, forward it (or answer it: merged discovery, or an error `Status`), then
 //! record what happened. [`serve`] accepts connections (plain or TLS, HTTP/1.1 with upgrades
-//! and HTTP/2) and drains them on shutdown.
+//! and HTTP/2) within the [`crate::limits`], and drains them on shutdown.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -13,8 +13,7 @@ use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use hyper_util::server::conn::auto;
+use hyper_util::rt::TokioIo;
 use hyper_util::server::graceful::GracefulShutdown;
 use mvproxy_telemetry::metrics::{
     Metrics, PeerErrorLabels, RequestLabels, RerouteLabels, ResultLabels, RouteLabels, TraceLabels,
@@ -31,6 +30,7 @@ use crate::discovery::types::CONTENT_TYPE_V2;
 use crate::discovery::{Cache, ServerName, Snapshot};
 use crate::error::ProxyError;
 use crate::forward::{Body, Upstream, full};
+use crate::limits::{self, LimitedBody, Limits};
 use crate::route::{LocalReason, MergedFormat, Route, decide};
 use crate::spans;
 
@@ -43,6 +43,7 @@ pub struct App {
     pub peers: Vec<Upstream>,
     pub cache: Arc<Cache>,
     pub metrics: Arc<Metrics>,
+    pub limits: Limits,
 }
 
 impl App {
@@ -125,7 +126,8 @@ async fn respond(
     route: &Route,
     req: Request<Incoming>,
 ) -> Result<Response<Body>, ProxyError> {
-    match route {
+    let (req, body_limit) = limits::limit_body(req, info, app.limits.max_request_body_bytes)?;
+    let result = match route {
         Route::Local(_) => forward(&app.local, req, span, info, None).await,
         Route::Peer(name) => {
             let peer = app
@@ -140,13 +142,14 @@ async fn respond(
             }
         }
         Route::Unavailable(e) => Err(e.clone()),
-    }
+    };
+    body_limit.explain(result)
 }
 
 /// One upstream attempt, in its own `CLIENT` span whose context the upstream receives.
 async fn forward(
     up: &Upstream,
-    mut req: Request<Incoming>,
+    mut req: Request<LimitedBody>,
     server_span: &Span,
     info: &RequestInfo,
     peer: Option<&ServerName>,
@@ -374,7 +377,8 @@ pub async fn serve(
     shutdown: CancellationToken,
 ) {
     let graceful = GracefulShutdown::new();
-    let builder = auto::Builder::new(TokioExecutor::new());
+    let builder = limits::http_builder(&app.limits);
+    let connections = limits::Connections::new(app.limits.max_connections);
     loop {
         let (stream, remote) = tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -388,6 +392,9 @@ pub async fn serve(
             () = shutdown.cancelled() => break,
         };
         let _ = stream.set_nodelay(true);
+        let Some((stream, permit)) = connections.admit(stream, tls.as_ref(), &builder) else {
+            continue;
+        };
         let app = app.clone();
         let service = hyper::service::service_fn(move |req| {
             let app = app.clone();
@@ -397,8 +404,9 @@ pub async fn serve(
         let watcher = graceful.watcher();
         let tls = tls.clone();
         tokio::spawn(async move {
+            let _permit = permit;
             let result = match tls {
-                Some(acceptor) => match acceptor.accept(stream).await {
+                Some(acceptor) => match crate::tls::accept::accept(&acceptor, stream).await {
                     Ok(s) => {
                         let conn = builder.serve_connection_with_upgrades(TokioIo::new(s), service);
                         watcher.watch(conn.into_owned()).await

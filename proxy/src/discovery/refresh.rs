@@ -36,6 +36,8 @@ const MISS_REFRESH_GAP: Duration = Duration::from_secs(1);
 #[derive(Debug, Clone, Copy)]
 pub struct RefreshSettings {
     pub interval: Duration,
+    /// Largest discovery document read (`--max-discovery-document-bytes`).
+    pub max_document_bytes: usize,
 }
 
 struct Server {
@@ -144,7 +146,12 @@ impl Cache {
         let mut failures: u32 = 0;
         loop {
             let started = Instant::now();
-            let result = fetch(&server.upstream, &|status| self.observe_fetch(i, status)).await;
+            let result = fetch(
+                &server.upstream,
+                self.settings.max_document_bytes,
+                &|status| self.observe_fetch(i, status),
+            )
+            .await;
             let elapsed = started.elapsed();
             self.metrics
                 .peer_fetch_duration
