@@ -7,6 +7,7 @@
 mod cli;
 mod cluster;
 mod discovery;
+mod limits;
 mod metrics;
 mod routing;
 mod tls;

@@ -23,7 +23,8 @@
 //! can carry a `Status` body: the request is not parsed yet.
 //!
 //! The body limit counts bytes as they stream (a body is never buffered) and also refuses up
-//! front by `Content-Length`. It does not apply to the `proxy` subresource, which
+//! front by `Content-Length`; the rest of a refused HTTP/1.1 body is read and discarded, within
+//! bounds, so the client gets to read its `413`. It does not apply to the `proxy` subresource, which
 //! kube-apiserver streams to its backend without a limit either. Watches and upgrades carry no
 //! request body and are not affected; no limit here is a timer on an established response.
 //!
@@ -46,6 +47,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{HeaderValue, Request, Response, header};
 use http_body::{Body as HttpBody, Frame, SizeHint};
+use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
@@ -229,10 +231,41 @@ fn too_many_connections(req: &Request<Incoming>, limit: usize) -> Response<Body>
 
 // === request bodies ===
 
+/// Most of a refused HTTP/1.1 body read and thrown away (see [`drain`]).
+pub const DRAIN_BYTES: u64 = 64 << 20;
+/// Longest time spent on that.
+pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Reads and discards the rest of a refused HTTP/1.1 request body, so a client still writing
+/// it can finish and then read the `413`: if the connection closed under it (hyper closes
+/// one whose request body was not read), it would see a write error instead of the answer.
+/// Bounded by [`DRAIN_BYTES`] and [`DRAIN_TIMEOUT`], so refusing costs no more than that.
+/// HTTP/2 needs none of this: the stream is reset and the connection goes on.
+fn drain(mut body: Incoming, version: http::Version) {
+    if version >= http::Version::HTTP_2 {
+        return;
+    }
+    tokio::spawn(async move {
+        let mut left = DRAIN_BYTES;
+        let _ = tokio::time::timeout(DRAIN_TIMEOUT, async {
+            while let Some(Ok(frame)) = body.frame().await {
+                let len = frame.data_ref().map_or(0, |d| d.len() as u64);
+                match left.checked_sub(len) {
+                    Some(l) => left = l,
+                    None => return,
+                }
+            }
+        })
+        .await;
+    });
+}
+
 /// A request body that fails once more than its limit has streamed through.
 #[derive(Debug)]
 pub struct LimitedBody {
-    inner: Incoming,
+    /// `None` once the limit was passed (the rest is being drained).
+    inner: Option<Incoming>,
+    version: http::Version,
     /// Bytes still allowed.
     remaining: u64,
     limit: u64,
@@ -255,12 +288,18 @@ impl HttpBody for LimitedBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
         let this = self.get_mut();
-        match Pin::new(&mut this.inner).poll_frame(cx) {
+        let Some(inner) = this.inner.as_mut() else {
+            return Poll::Ready(Some(Err(Box::new(BodyTooLarge { limit: this.limit }))));
+        };
+        match Pin::new(inner).poll_frame(cx) {
             Poll::Ready(Some(Ok(frame))) => {
                 if let Some(data) = frame.data_ref() {
                     let len = data.len() as u64;
                     if len > this.remaining {
                         this.tripped.store(true, Ordering::Release);
+                        if let Some(rest) = this.inner.take() {
+                            drain(rest, this.version);
+                        }
                         return Poll::Ready(Some(Err(Box::new(BodyTooLarge {
                             limit: this.limit,
                         }))));
@@ -276,11 +315,13 @@ impl HttpBody for LimitedBody {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        self.inner.as_ref().is_none_or(HttpBody::is_end_stream)
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
+        self.inner
+            .as_ref()
+            .map_or_else(|| SizeHint::with_exact(0), HttpBody::size_hint)
     }
 }
 
@@ -319,12 +360,15 @@ pub fn limit_body(
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok());
+    let version = req.version();
     if declared.is_some_and(|n| n > limit) {
+        drain(req.into_body(), version);
         return Err(ProxyError::BodyTooLarge { limit });
     }
     let tripped = Arc::new(AtomicBool::new(false));
     let req = req.map(|inner| LimitedBody {
-        inner,
+        inner: Some(inner),
+        version,
         remaining: limit,
         limit,
         tripped: tripped.clone(),

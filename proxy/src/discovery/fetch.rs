@@ -212,6 +212,76 @@ fn decode<T: serde::de::DeserializeOwned>(path: &str, body: &[u8]) -> Result<T, 
 mod tests {
     use super::*;
     use http::HeaderValue;
+    use std::time::Duration;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A server answering its first request with `head` then `chunks` (raw bytes).
+    async fn raw_server(head: String, chunks: Vec<Vec<u8>>) -> Upstream {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base: http::Uri = format!("http://{}", listener.local_addr().unwrap())
+            .parse()
+            .unwrap();
+        tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            let mut buf = vec![0u8; 4096];
+            let mut seen = Vec::new();
+            while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
+                let n = s.read(&mut buf).await.unwrap();
+                seen.extend_from_slice(&buf[..n]);
+            }
+            s.write_all(head.as_bytes()).await.unwrap();
+            for c in chunks {
+                if s.write_all(&c).await.is_err() {
+                    return;
+                }
+            }
+            let _ = s.shutdown().await;
+        });
+        let settings = crate::forward::ClientSettings {
+            tls: None,
+            server_name: None,
+            connect_timeout: Duration::from_secs(5),
+            insecure_skip_verify: false,
+        };
+        Upstream::new("peer".into(), base, &settings, Duration::from_secs(10)).unwrap()
+    }
+
+    const AGGREGATED: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
+
+    #[tokio::test]
+    async fn a_document_over_the_limit_fails_the_fetch_saying_the_size() {
+        // streamed without a length: stopped once the count passes the limit
+        let chunk = |n: usize| format!("{n:x}\r\n{}\r\n", " ".repeat(n)).into_bytes();
+        let head = format!(
+            "HTTP/1.1 200 OK\r\ncontent-type: {AGGREGATED}\r\ntransfer-encoding: chunked\r\n\r\n"
+        );
+        let up = raw_server(head, (0..5).map(|_| chunk(1000)).collect()).await;
+        let e = fetch(&up, 1024, &|_| {}).await.unwrap_err();
+        assert_eq!(e.kind, "fetch_discovery");
+        assert_eq!(
+            e.message,
+            "GET /api: the document is larger than 1024 bytes (--max-discovery-document-bytes)"
+        );
+
+        // declared by Content-Length: refused before reading
+        let head = format!(
+            "HTTP/1.1 200 OK\r\ncontent-type: {AGGREGATED}\r\ncontent-length: 5000\r\n\r\n"
+        );
+        let up = raw_server(head, vec![vec![b' '; 5000]]).await;
+        let e = fetch(&up, 1024, &|_| {}).await.unwrap_err();
+        assert!(
+            e.message.ends_with("larger than 1024 bytes (--max-discovery-document-bytes): its Content-Length is 5000"),
+            "{e}"
+        );
+
+        // under the limit: /api is read and used (the fetch then fails at /apis, as this
+        // server answers only once)
+        let head =
+            format!("HTTP/1.1 200 OK\r\ncontent-type: {AGGREGATED}\r\ncontent-length: 12\r\n\r\n");
+        let up = raw_server(head, vec![br#"{"items":[]}"#.to_vec()]).await;
+        let e = fetch(&up, 1024, &|_| {}).await.unwrap_err();
+        assert!(e.message.starts_with("GET /apis: "), "{e}");
+    }
 
     #[test]
     fn name_resolution_failures_are_told_apart() {
