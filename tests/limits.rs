@@ -460,7 +460,7 @@ async fn a_watch_outlives_the_response_header_timeout() {
 }
 
 /// The next watch event of `body` (one JSON object per line), bounded by [`PATIENCE`].
-async fn next_event(body: &mut hyper::body::Incoming) -> serde_json::Value {
+pub async fn next_event(body: &mut hyper::body::Incoming) -> serde_json::Value {
     use http_body_util::BodyExt;
     let mut buf = Vec::new();
     let read = async {

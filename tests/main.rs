@@ -11,4 +11,5 @@ mod limits;
 mod metrics;
 mod routing;
 mod tls;
+mod tls_files;
 mod traces;

@@ -171,3 +171,26 @@ async fn the_reloader_checks_on_its_interval_until_shutdown() {
         .unwrap()
         .unwrap();
 }
+
+#[test]
+fn client_cert_presents_the_renewed_pair() {
+    crate::tls::install_provider();
+    let dir = Dir::new("client");
+    let (cert, key) = (
+        dir.file("front-proxy-client.crt"),
+        dir.file("front-proxy-client.key"),
+    );
+    let ca = ca("front-proxy-ca");
+    let (c1, k1, d1) = leaf(&ca, "front-proxy-client");
+    std::fs::write(&cert, &c1).unwrap();
+    std::fs::write(&key, &k1).unwrap();
+    let client = ClientCert::load(&cert, &key).unwrap();
+    let presented = || client.resolve(&[], &[]).unwrap().cert[0].to_vec();
+    assert!(client.has_certs());
+    assert_eq!(presented(), d1);
+    let (c2, k2, d2) = leaf(&ca, "front-proxy-client");
+    std::fs::write(&key, &k2).unwrap();
+    std::fs::write(&cert, &c2).unwrap();
+    assert!(matches!(client.watched().check(), Checked::Reloaded));
+    assert_eq!(presented(), d2);
+}
