@@ -33,9 +33,11 @@
 //! client hang with no answer until its own timeout (kubectl has none by default), while
 //! client-go retries a `503` with `Retry-After` by itself. Refusing costs a TLS handshake and
 //! one request, bounded by [`MAX_REFUSING`] refusals at once and [`REFUSE_TIMEOUT`] each;
-//! beyond that a connection is closed at once. A connection that sends no complete request
-//! head within [`HEADER_READ_TIMEOUT`] (HTTP/1.1) or no TLS handshake within
-//! [`crate::tls::accept::HANDSHAKE_TIMEOUT`] is closed, so idle sockets cannot hold the slots.
+//! beyond that a connection is closed at once. A connection that completes no TLS handshake
+//! within [`crate::tls::accept::HANDSHAKE_TIMEOUT`], sends nothing within
+//! [`HEADER_READ_TIMEOUT`] ([`FirstBytes`]: hyper's protocol detection would wait forever), or
+//! (HTTP/1.1) no complete request head within it is closed, so silent sockets cannot hold the
+//! slots. An idle HTTP/2 connection is kept: clients (kubelets) hold one for hours.
 
 use std::convert::Infallible;
 use std::pin::Pin;
@@ -51,7 +53,7 @@ use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio_rustls::TlsAcceptor;
@@ -207,7 +209,8 @@ where
             async move { Ok::<_, Infallible>(resp) }
         })
     };
-    let conn = builder.serve_connection(TokioIo::new(io), service);
+    let io = TokioIo::new(FirstBytes::new(io, HEADER_READ_TIMEOUT));
+    let conn = builder.serve_connection(io, service);
     tokio::pin!(conn);
     tokio::select! {
         _ = conn.as_mut() => return,
@@ -227,6 +230,96 @@ fn too_many_connections(req: &Request<Incoming>, limit: usize) -> Response<Body>
             .insert(header::CONNECTION, HeaderValue::from_static("close"));
     }
     resp
+}
+
+// === silent connections ===
+
+/// Bytes after which hyper has told HTTP/2's preface from an HTTP/1.1 request.
+const PREFACE_BYTES: usize = 24;
+
+/// A connection that fails its reads once `timeout` passes before its first
+/// [`PREFACE_BYTES`] arrive. hyper's automatic protocol detection reads them with no time
+/// limit, and its HTTP/1.1 header timeout only starts after it; this closes the gap.
+pub struct FirstBytes<I> {
+    inner: I,
+    read: usize,
+    timeout: Duration,
+    deadline: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl<I> FirstBytes<I> {
+    /// `inner`, whose first bytes must arrive within `timeout` (counted from the first read).
+    pub fn new(inner: I, timeout: Duration) -> Self {
+        Self {
+            inner,
+            read: 0,
+            timeout,
+            deadline: None,
+        }
+    }
+}
+
+impl<I: AsyncRead + Unpin> AsyncRead for FirstBytes<I> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut this.inner).poll_read(cx, buf);
+        if this.read >= PREFACE_BYTES {
+            return polled;
+        }
+        this.read += buf.filled().len() - before;
+        if polled.is_ready() || this.read >= PREFACE_BYTES {
+            if this.read >= PREFACE_BYTES {
+                this.deadline = None;
+            }
+            return polled;
+        }
+        let timeout = this.timeout;
+        let deadline = this
+            .deadline
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
+        match deadline.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("no request within {timeout:?}"),
+            ))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl<I: AsyncWrite + Unpin> AsyncWrite for FirstBytes<I> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
 }
 
 // === request bodies ===
@@ -374,4 +467,52 @@ pub fn limit_body(
         tripped: tripped.clone(),
     });
     Ok((req, BodyLimit { limit, tripped }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    #[tokio::test]
+    async fn a_silent_connection_times_out_and_a_talking_one_does_not() {
+        let timeout = Duration::from_millis(50);
+        let bound = Duration::from_secs(10);
+
+        // nothing arrives: the read fails once the timeout passes
+        let (client, server) = tokio::io::duplex(1024);
+        let mut silent = FirstBytes::new(server, timeout);
+        let mut buf = [0u8; 64];
+        let e = tokio::time::timeout(bound, silent.read(&mut buf))
+            .await
+            .unwrap()
+            .unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::TimedOut);
+        drop(client);
+
+        // a few bytes are not enough to tell the protocol: still bounded
+        let (mut client, server) = tokio::io::duplex(1024);
+        let mut slow = FirstBytes::new(server, timeout);
+        client.write_all(b"GET").await.unwrap();
+        assert_eq!(slow.read(&mut buf).await.unwrap(), 3);
+        let e = tokio::time::timeout(bound, slow.read(&mut buf))
+            .await
+            .unwrap()
+            .unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::TimedOut);
+
+        // once the first bytes are in, silence is the protocol's business (a watch, an idle
+        // HTTP/2 connection): reads wait, and end normally at EOF
+        let (mut client, server) = tokio::io::duplex(1024);
+        let mut talking = FirstBytes::new(server, timeout);
+        client
+            .write_all(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+            .await
+            .unwrap();
+        assert_eq!(talking.read(&mut buf).await.unwrap(), 27);
+        let waited = tokio::time::timeout(timeout * 4, talking.read(&mut buf)).await;
+        assert!(waited.is_err(), "still waiting, no error: {waited:?}");
+        drop(client);
+        assert_eq!(talking.read(&mut buf).await.unwrap(), 0);
+    }
 }

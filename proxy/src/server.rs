@@ -408,7 +408,9 @@ pub async fn serve(
             let result = match tls {
                 Some(acceptor) => match crate::tls::accept::accept(&acceptor, stream).await {
                     Ok(s) => {
-                        let conn = builder.serve_connection_with_upgrades(TokioIo::new(s), service);
+                        let io =
+                            TokioIo::new(limits::FirstBytes::new(s, limits::HEADER_READ_TIMEOUT));
+                        let conn = builder.serve_connection_with_upgrades(io, service);
                         watcher.watch(conn.into_owned()).await
                     }
                     Err(e) => {
@@ -417,8 +419,9 @@ pub async fn serve(
                     }
                 },
                 None => {
-                    let conn =
-                        builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
+                    let io =
+                        TokioIo::new(limits::FirstBytes::new(stream, limits::HEADER_READ_TIMEOUT));
+                    let conn = builder.serve_connection_with_upgrades(io, service);
                     watcher.watch(conn.into_owned()).await
                 }
             };
