@@ -68,6 +68,47 @@ fn invalid_configuration_exits_2_with_one_line_naming_the_field() {
             "peer-ca-file",
         ),
         (&["serve"], "local"),
+        (
+            &[
+                "serve",
+                "--local",
+                "https://127.0.0.1:1",
+                "--insecure-skip-tls-verify",
+                "--local-ca-file",
+                "/etc/hostname",
+            ],
+            "insecure-skip-tls-verify",
+        ),
+        (
+            &[
+                "serve",
+                "--local",
+                "http://127.0.0.1:1",
+                "--max-request-header-bytes",
+                "100",
+            ],
+            "max-request-header-bytes",
+        ),
+        (
+            &[
+                "serve",
+                "--local",
+                "http://127.0.0.1:1",
+                "--max-connections",
+                "0",
+            ],
+            "max-connections",
+        ),
+        (
+            &[
+                "serve",
+                "--local",
+                "http://127.0.0.1:1",
+                "--tls-reload-interval-seconds",
+                "0",
+            ],
+            "tls-reload-interval-seconds",
+        ),
     ];
     for (args, field) in cases {
         let mut args = args.to_vec();

@@ -3,6 +3,8 @@
 //!
 //! `main` and the demo both go through [`start`], so what the demo measures is what runs in
 //! production. Listeners are bound before anything runs, so a port in use fails at start.
+//! TLS files are read here once (an unusable one stops mvproxy), then watched by a
+//! [`Reloader`] task for as long as the listeners run.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -21,6 +23,7 @@ use crate::forward::{ClientSettings, Upstream};
 use crate::identity::Authenticator;
 use crate::peers::{Kind, KubeSource};
 use crate::server::{self, App};
+use crate::tls::reload::Reloader;
 use crate::tls::{self, TlsError};
 
 /// Why mvproxy could not start.
@@ -78,29 +81,37 @@ fn authority_with_port(url: &http::Uri) -> String {
 /// Builds and starts everything; returns once both listeners are bound.
 pub async fn start(config: &Config) -> Result<Running, StartError> {
     tls::install_provider();
+    let mut reloader = Reloader::new(config.tls_reload_interval);
+    let insecure = config.insecure_skip_tls_verify;
+    if insecure {
+        tracing::warn!(
+            "--insecure-skip-tls-verify: the certificates of the local server and of peers are NOT verified; use this for testing only"
+        );
+    }
     let client_cert = config
         .proxy_client_cert
         .as_ref()
-        .map(|(c, k)| (c.as_path(), k.as_path()));
+        .map(|(c, k)| reloader.client_cert(c, k))
+        .transpose()?;
     let local_ca = config
         .local_ca_file
         .as_ref()
         .or(config.peer_ca_file.as_ref());
     let local_settings = ClientSettings {
-        tls: local_ca
-            .map(|ca| tls::client_config(ca, client_cert))
-            .transpose()?,
+        tls: reloader.upstream_config(
+            local_ca.map(|p| p.as_path()),
+            insecure,
+            client_cert.clone(),
+        )?,
         server_name: None,
         connect_timeout: config.connect_timeout,
+        insecure_skip_verify: insecure,
     };
     let peer_settings = ClientSettings {
-        tls: config
-            .peer_ca_file
-            .as_ref()
-            .map(|ca| tls::client_config(ca, client_cert))
-            .transpose()?,
+        tls: reloader.upstream_config(config.peer_ca_file.as_deref(), insecure, client_cert)?,
         server_name: Some(config.peer_server_name.clone()),
         connect_timeout: config.connect_timeout,
+        insecure_skip_verify: insecure,
     };
     let upstream = |name, url: &http::Uri, settings: &ClientSettings| {
         Upstream::new(name, url.clone(), settings, config.response_header_timeout).map_err(|why| {
@@ -123,6 +134,7 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
         new_peer,
         RefreshSettings {
             interval: config.refresh_interval,
+            max_document_bytes: config.limits.max_discovery_document_bytes,
         },
         metrics.clone(),
     );
@@ -148,8 +160,7 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
             .collect();
     let acceptor = match &config.serving_tls {
         Some(t) => Some(TlsAcceptor::from(Arc::new(tls::server_config(
-            &t.cert,
-            &t.key,
+            reloader.serving_cert(&t.cert, &t.key)?,
             &client_cas,
         )?))),
         None => None,
@@ -196,6 +207,7 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
         local,
         cache: cache.clone(),
         metrics,
+        limits: config.limits,
     });
     let admin = Admin {
         cache: cache.clone(),
@@ -208,9 +220,10 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
             let peers =
                 peer_source.map(|source| tokio::spawn(source.run(cache.clone(), shutdown.clone())));
             let refresher = tokio::spawn(cache.run(shutdown.clone()));
+            let reloads = tokio::spawn(reloader.run(shutdown.clone()));
             let admin = tokio::spawn(admin::serve(admin_listener, admin, shutdown.clone()));
             server::serve(listener, acceptor, app, shutdown.clone()).await;
-            let _ = tokio::join!(refresher, admin);
+            let _ = tokio::join!(refresher, admin, reloads);
             if let Some(peers) = peers {
                 let _ = peers.await;
             }

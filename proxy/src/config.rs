@@ -16,6 +16,7 @@ use serde::Deserialize;
 
 use crate::discovery::ServerName;
 use crate::identity::HeaderNames;
+use crate::limits::{self, Limits};
 
 /// Exit code for invalid configuration.
 pub const EXIT_CONFIG: i32 = 2;
@@ -157,6 +158,24 @@ pub struct ServeArgs {
     /// Scheme of peer addresses found in the cluster (http only for test stand-ins) [default: https]
     #[arg(long, value_enum)]
     pub peer_scheme: Option<PeerScheme>,
+    /// Seconds between checks of the TLS files (certificates, keys, CAs) for changes [default: 10]
+    #[arg(long)]
+    pub tls_reload_interval_seconds: Option<u64>,
+    /// Do not verify the local server's and peers' certificates (testing only; logged)
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    pub insecure_skip_tls_verify: Option<bool>,
+    /// Largest request line and headers in bytes; a larger request gets 431 [default: 1048576]
+    #[arg(long)]
+    pub max_request_header_bytes: Option<u64>,
+    /// Largest request body in bytes; a larger one gets 413 [default: 3145728]
+    #[arg(long)]
+    pub max_request_body_bytes: Option<u64>,
+    /// Largest discovery document read from a server, in bytes [default: 16777216]
+    #[arg(long)]
+    pub max_discovery_document_bytes: Option<u64>,
+    /// Most client connections open at once; a new one over it gets 503 [default: 4096]
+    #[arg(long)]
+    pub max_connections: Option<u64>,
 }
 
 /// Scheme of peer addresses read from Leases or EndpointSlices.
@@ -220,6 +239,9 @@ pub struct Config {
     pub refresh_interval: Duration,
     pub connect_timeout: Duration,
     pub response_header_timeout: Duration,
+    pub tls_reload_interval: Duration,
+    pub insecure_skip_tls_verify: bool,
+    pub limits: Limits,
 }
 
 impl ServeArgs {
@@ -290,6 +312,20 @@ impl ServeArgs {
                 .or(file.requestheader_extra_headers_prefix),
             peer_source_token_file: self.peer_source_token_file.or(file.peer_source_token_file),
             peer_scheme: self.peer_scheme.or(file.peer_scheme),
+            tls_reload_interval_seconds: self
+                .tls_reload_interval_seconds
+                .or(file.tls_reload_interval_seconds),
+            insecure_skip_tls_verify: self
+                .insecure_skip_tls_verify
+                .or(file.insecure_skip_tls_verify),
+            max_request_header_bytes: self
+                .max_request_header_bytes
+                .or(file.max_request_header_bytes),
+            max_request_body_bytes: self.max_request_body_bytes.or(file.max_request_body_bytes),
+            max_discovery_document_bytes: self
+                .max_discovery_document_bytes
+                .or(file.max_discovery_document_bytes),
+            max_connections: self.max_connections.or(file.max_connections),
         }
     }
 
@@ -377,16 +413,32 @@ impl ServeArgs {
                 readable(field, f)?;
             }
         }
+        let insecure = self.insecure_skip_tls_verify.unwrap_or(false);
+        if insecure
+            && let Some(field) = [
+                ("peer-ca-file", &self.peer_ca_file),
+                ("local-ca-file", &self.local_ca_file),
+            ]
+            .into_iter()
+            .find_map(|(field, file)| file.as_ref().map(|_| field))
+        {
+            return Err(err(
+                "insecure-skip-tls-verify",
+                format!("cannot be combined with --{field}: nothing would be verified"),
+            ));
+        }
         if local.scheme_str() == Some("https")
+            && !insecure
             && self.local_ca_file.is_none()
             && self.peer_ca_file.is_none()
         {
             return Err(err(
                 "local-ca-file",
-                "required for an https:// local server (or give --peer-ca-file)",
+                "required for an https:// local server (or give --peer-ca-file, or --insecure-skip-tls-verify)",
             ));
         }
         if let Some(p) = peers.iter().find(|p| p.url.scheme_str() == Some("https"))
+            && !insecure
             && self.peer_ca_file.is_none()
         {
             return Err(err(
@@ -536,8 +588,61 @@ impl ServeArgs {
                 self.response_header_timeout_seconds,
                 60,
             )?,
+            tls_reload_interval: seconds(
+                "tls-reload-interval-seconds",
+                self.tls_reload_interval_seconds,
+                10,
+            )?,
+            insecure_skip_tls_verify: insecure,
+            limits: Limits {
+                max_request_header_bytes: bounded(
+                    "max-request-header-bytes",
+                    self.max_request_header_bytes,
+                    limits::DEFAULT_MAX_REQUEST_HEADER_BYTES,
+                    limits::MIN_REQUEST_HEADER_BYTES as u64,
+                    64 << 20,
+                )?,
+                max_request_body_bytes: bounded(
+                    "max-request-body-bytes",
+                    self.max_request_body_bytes,
+                    limits::DEFAULT_MAX_REQUEST_BODY_BYTES,
+                    1,
+                    u64::MAX,
+                )?,
+                max_discovery_document_bytes: bounded(
+                    "max-discovery-document-bytes",
+                    self.max_discovery_document_bytes,
+                    limits::DEFAULT_MAX_DISCOVERY_DOCUMENT_BYTES,
+                    1024,
+                    1 << 30,
+                )?,
+                max_connections: bounded(
+                    "max-connections",
+                    self.max_connections,
+                    limits::DEFAULT_MAX_CONNECTIONS,
+                    1,
+                    1 << 20,
+                )?,
+            },
         })
     }
+}
+
+/// `v` (or `default`) within `min..=max`, as the type the limit is kept in.
+fn bounded<T>(field: &str, v: Option<u64>, default: T, min: u64, max: u64) -> Result<T, ConfigError>
+where
+    T: TryFrom<u64>,
+{
+    let Some(v) = v else {
+        return Ok(default);
+    };
+    if v < min || v > max {
+        return Err(err(
+            field,
+            format!("{v} is out of range: must be between {min} and {max}"),
+        ));
+    }
+    T::try_from(v).map_err(|_| err(field, format!("{v} is too large for this platform")))
 }
 
 fn read_file(path: &Path) -> Result<ServeArgs, ConfigError> {

@@ -4,6 +4,10 @@
 //! kubectl prints its `message`, controllers retry on `503` and, crucially, treat `404` as
 //! "the object is gone". So each variant says who failed and why in words an operator can act
 //! on, and maps to exactly one status code, one `Status.reason` and one metric label here.
+//!
+//! One refusal cannot be a `Status`: a request head over `--max-request-header-bytes` is
+//! refused by the HTTP layer (`431`, no body) before there is a request to answer (see
+//! [`crate::limits`]).
 
 use bytes::Bytes;
 use http::{HeaderValue, Response, StatusCode, header};
@@ -39,28 +43,43 @@ pub enum ProxyError {
     /// The request could not be turned into an upstream request (bad URI, bad header).
     #[error("bad request: {0}")]
     BadRequest(String),
+    /// The request body is over `--max-request-body-bytes` (by `Content-Length`, or counted
+    /// as it streamed).
+    #[error(
+        "the request body is larger than the limit of {limit} bytes (--max-request-body-bytes)"
+    )]
+    BodyTooLarge { limit: u64 },
+    /// A new connection arrived while `--max-connections` were open; it is closed after this.
+    #[error(
+        "mvproxy is serving its maximum of {limit} connections (--max-connections); retry later"
+    )]
+    TooManyConnections { limit: usize },
 }
 
 impl ProxyError {
     /// The HTTP status mvproxy answers with.
     pub fn status(&self) -> StatusCode {
         match self {
-            Self::PeersDown { .. } | Self::SurfaceUnknown { .. } | Self::Transport { .. } => {
-                StatusCode::SERVICE_UNAVAILABLE
-            }
+            Self::PeersDown { .. }
+            | Self::SurfaceUnknown { .. }
+            | Self::Transport { .. }
+            | Self::TooManyConnections { .. } => StatusCode::SERVICE_UNAVAILABLE,
             Self::Timeout { .. } => StatusCode::GATEWAY_TIMEOUT,
             Self::BadRequest(_) => StatusCode::BAD_REQUEST,
+            Self::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
         }
     }
 
     /// The Kubernetes `Status.reason`.
     pub fn reason(&self) -> &'static str {
         match self {
-            Self::PeersDown { .. } | Self::SurfaceUnknown { .. } | Self::Transport { .. } => {
-                "ServiceUnavailable"
-            }
+            Self::PeersDown { .. }
+            | Self::SurfaceUnknown { .. }
+            | Self::Transport { .. }
+            | Self::TooManyConnections { .. } => "ServiceUnavailable",
             Self::Timeout { .. } => "Timeout",
             Self::BadRequest(_) => "BadRequest",
+            Self::BodyTooLarge { .. } => "RequestEntityTooLarge",
         }
     }
 
@@ -70,14 +89,16 @@ impl ProxyError {
         match self {
             Self::PeersDown { .. } | Self::SurfaceUnknown { .. } => Some("endpoint_resolution"),
             Self::Transport { .. } | Self::Timeout { .. } => Some("proxy_transport"),
-            Self::BadRequest(_) => None,
+            Self::BadRequest(_) | Self::BodyTooLarge { .. } | Self::TooManyConnections { .. } => {
+                None
+            }
         }
     }
 
     /// Seconds a client should wait before retrying, for the retryable errors.
     fn retry_after(&self) -> Option<u32> {
         match self {
-            Self::BadRequest(_) => None,
+            Self::BadRequest(_) | Self::BodyTooLarge { .. } => None,
             _ => Some(1),
         }
     }
@@ -171,11 +192,37 @@ mod tests {
                 Some("proxy_transport"),
             ),
             (ProxyError::BadRequest("x".into()), 400, "BadRequest", None),
+            (
+                ProxyError::BodyTooLarge { limit: 3 << 20 },
+                413,
+                "RequestEntityTooLarge",
+                None,
+            ),
+            (
+                ProxyError::TooManyConnections { limit: 4096 },
+                503,
+                "ServiceUnavailable",
+                None,
+            ),
         ];
         for (e, code, reason, ty) in cases {
             assert_eq!(e.status().as_u16(), code, "{e}");
             assert_eq!(e.reason(), reason, "{e}");
             assert_eq!(e.peer_error_type(), ty, "{e}");
+            let v: serde_json::Value = serde_json::from_slice(e.to_response().body()).unwrap();
+            assert_eq!(v["code"], code, "{e}");
+            assert_eq!(v["reason"], reason, "{e}");
         }
+        let busy = ProxyError::TooManyConnections { limit: 2 }.to_response();
+        assert_eq!(
+            busy.headers()[header::RETRY_AFTER],
+            "1",
+            "client-go retries it"
+        );
+        let big = ProxyError::BodyTooLarge { limit: 10 }.to_response();
+        assert!(
+            !big.headers().contains_key(header::RETRY_AFTER),
+            "retrying cannot help"
+        );
     }
 }

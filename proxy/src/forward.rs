@@ -53,6 +53,9 @@ pub struct ClientSettings {
     /// SNI and verified name for TLS upstreams; `None` uses the URL's host.
     pub server_name: Option<String>,
     pub connect_timeout: Duration,
+    /// `tls` does not verify certificates (`--insecure-skip-tls-verify`): every failure to
+    /// reach the upstream logs a warning saying so.
+    pub insecure_skip_verify: bool,
 }
 
 /// One upstream: its name, its base URL and a pooled client.
@@ -63,6 +66,7 @@ pub struct Upstream {
     pub base: Uri,
     client: HttpsClient,
     response_header_timeout: Duration,
+    insecure_skip_verify: bool,
 }
 
 impl std::fmt::Debug for Upstream {
@@ -105,6 +109,8 @@ impl Upstream {
             None => builder,
         };
         let connector = builder.enable_http1().wrap_connector(http);
+        let insecure_skip_verify =
+            settings.insecure_skip_verify && base.scheme_str() == Some("https");
         let client = Client::builder(TokioExecutor::new())
             .pool_idle_timeout(Duration::from_secs(90))
             .build(connector);
@@ -113,16 +119,21 @@ impl Upstream {
             base,
             client,
             response_header_timeout,
+            insecure_skip_verify,
         })
     }
 
     /// Forwards `req` (its path and query byte for byte) and returns the upstream's response.
     /// `peer_hop` adds the loop guard so the peer serves it locally.
-    pub async fn forward(
+    pub async fn forward<B>(
         &self,
-        mut req: Request<hyper::body::Incoming>,
+        mut req: Request<B>,
         peer_hop: bool,
-    ) -> Result<Response<Body>, ProxyError> {
+    ) -> Result<Response<Body>, ProxyError>
+    where
+        B: http_body::Body<Data = Bytes> + Send + Sync + 'static,
+        B::Error: Into<BoxError>,
+    {
         let upgrade = is_upgrade(req.headers());
         let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
         let (mut parts, body) = req.into_parts();
@@ -135,7 +146,7 @@ impl Upstream {
                 .headers
                 .insert(PEER_PROXIED, HeaderValue::from_static("true"));
         }
-        let body = body.map_err(BoxError::from).boxed();
+        let body = body.map_err(Into::into).boxed();
         let mut resp = self.send(Request::from_parts(parts, body)).await?;
         if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
             if let Some(client_upgrade) = client_upgrade {
@@ -155,12 +166,7 @@ impl Upstream {
         accept: &str,
         limit: usize,
     ) -> Result<(StatusCode, HeaderMap, Bytes), ProxyError> {
-        let mut headers = HeaderMap::new();
-        headers.insert(
-            header::ACCEPT,
-            HeaderValue::from_str(accept).map_err(|e| ProxyError::BadRequest(e.to_string()))?,
-        );
-        let (parts, body) = self.open(path, headers).await?.into_parts();
+        let (parts, body) = self.get_response(path, accept).await?.into_parts();
         let body = self.collect(path, body, limit).await?;
         Ok((parts.status, parts.headers, body))
     }
@@ -194,16 +200,35 @@ impl Upstream {
             .to_bytes())
     }
 
+    /// GETs `path` with `accept`; the body is the caller's to read (and to bound).
+    pub async fn get_response(
+        &self,
+        path: &str,
+        accept: &str,
+    ) -> Result<Response<hyper::body::Incoming>, ProxyError> {
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            header::ACCEPT,
+            HeaderValue::from_str(accept).map_err(|e| ProxyError::BadRequest(e.to_string()))?,
+        );
+        self.open(path, headers).await
+    }
+
     async fn send(
         &self,
         req: Request<Body>,
     ) -> Result<Response<hyper::body::Incoming>, ProxyError> {
         match tokio::time::timeout(self.response_header_timeout, self.client.request(req)).await {
             Ok(Ok(resp)) => Ok(resp),
-            Ok(Err(e)) => Err(ProxyError::Transport {
-                upstream: self.name.clone(),
-                cause: causes(&e),
-            }),
+            Ok(Err(e)) => {
+                if self.insecure_skip_verify {
+                    tracing::warn!(upstream = %self.name, url = %self.base, "connection failed while TLS verification is off (--insecure-skip-tls-verify): this upstream's certificate is not checked");
+                }
+                Err(ProxyError::Transport {
+                    upstream: self.name.clone(),
+                    cause: causes(&e),
+                })
+            }
             Err(_) => Err(ProxyError::Timeout {
                 upstream: self.name.clone(),
                 seconds: self.response_header_timeout.as_secs().max(1),

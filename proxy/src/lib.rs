@@ -21,9 +21,11 @@
 //! [`peers`] finds peers in the cluster (identity Leases or EndpointSlices).
 //!
 //! [`config`] turns flags and YAML into a validated [`config::Config`]; [`app`] starts
-//! everything from it. [`standin`] is a stand-in API server for tests and the demo, and
-//! [`demo`] is `mvproxy demo` (a rolling upgrade rehearsed in one process); the request path
-//! never uses either.
+//! everything from it. [`limits`] bounds what one client can make the proxy hold (request
+//! heads and bodies, connections, discovery documents); [`tls`] builds the TLS configs from
+//! files and reloads them when they change. [`standin`] is a stand-in API server for tests
+//! and the demo, and [`demo`] is `mvproxy demo` (a rolling upgrade rehearsed in one
+//! process); the request path never uses either.
 
 pub mod admin;
 pub mod app;
@@ -34,6 +36,7 @@ pub mod discovery;
 pub mod error;
 pub mod forward;
 pub mod identity;
+pub mod limits;
 pub mod peers;
 pub mod route;
 pub mod server;

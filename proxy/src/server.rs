@@ -3,7 +3,7 @@
 //! [`handle`] is the whole story, in order: classify the path, look up the snapshot and decide
 //! where it goes, forward it (or answer it: merged discovery, or an error `Status`), then
 //! record what happened. [`serve`] accepts connections (plain or TLS, HTTP/1.1 with upgrades
-//! and HTTP/2) and drains them on shutdown.
+//! and HTTP/2) within the [`crate::limits`], and drains them on shutdown.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -13,8 +13,7 @@ use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use hyper_util::server::conn::auto;
+use hyper_util::rt::TokioIo;
 use hyper_util::server::graceful::GracefulShutdown;
 use mvproxy_telemetry::metrics::{
     Metrics, PeerErrorLabels, RequestLabels, RerouteLabels, ResultLabels, RouteLabels, TraceLabels,
@@ -32,6 +31,7 @@ use crate::discovery::{Cache, ServerName, Snapshot};
 use crate::error::ProxyError;
 use crate::forward::{Body, Upstream, full};
 use crate::identity::{Authenticator, ClientIdentity};
+use crate::limits::{self, LimitedBody, Limits};
 use crate::route::{LocalReason, MergedFormat, Route, decide};
 use crate::spans;
 
@@ -45,6 +45,7 @@ pub struct App {
     pub local: Upstream,
     pub cache: Arc<Cache>,
     pub metrics: Arc<Metrics>,
+    pub limits: Limits,
 }
 
 /// Handles one request from a client with `identity`: classify → look up and decide →
@@ -127,7 +128,8 @@ async fn respond(
     route: &Route,
     req: Request<Incoming>,
 ) -> Result<Response<Body>, ProxyError> {
-    match route {
+    let (req, body_limit) = limits::limit_body(req, info, app.limits.max_request_body_bytes)?;
+    let result = match route {
         Route::Local(_) => forward(&app.local, req, span, info, None).await,
         Route::Peer(name) => {
             // The snapshot that chose the peer knows how to reach it.
@@ -143,13 +145,14 @@ async fn respond(
             }
         }
         Route::Unavailable(e) => Err(e.clone()),
-    }
+    };
+    body_limit.explain(result)
 }
 
 /// One upstream attempt, in its own `CLIENT` span whose context the upstream receives.
 async fn forward(
     up: &Upstream,
-    mut req: Request<Incoming>,
+    mut req: Request<LimitedBody>,
     server_span: &Span,
     info: &RequestInfo,
     peer: Option<&ServerName>,
@@ -377,7 +380,8 @@ pub async fn serve(
     shutdown: CancellationToken,
 ) {
     let graceful = GracefulShutdown::new();
-    let builder = auto::Builder::new(TokioExecutor::new());
+    let builder = limits::http_builder(&app.limits);
+    let connections = limits::Connections::new(app.limits.max_connections);
     loop {
         let (stream, remote) = tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -391,11 +395,15 @@ pub async fn serve(
             () = shutdown.cancelled() => break,
         };
         let _ = stream.set_nodelay(true);
+        let Some((stream, permit)) = connections.admit(stream, tls.as_ref(), &builder) else {
+            continue;
+        };
         let app = app.clone();
         let builder = builder.clone();
         let watcher = graceful.watcher();
         let tls = tls.clone();
         tokio::spawn(async move {
+            let _permit = permit;
             let auth_app = app.clone();
             let service = |identity: ClientIdentity| {
                 let identity = Arc::new(identity);
@@ -405,11 +413,12 @@ pub async fn serve(
                 })
             };
             let result = match tls {
-                Some(acceptor) => match acceptor.accept(stream).await {
+                Some(acceptor) => match crate::tls::accept::accept(&acceptor, stream).await {
                     Ok(s) => {
                         let identity = auth_app.auth.identify(s.get_ref().1.peer_certificates());
-                        let conn = builder
-                            .serve_connection_with_upgrades(TokioIo::new(s), service(identity));
+                        let io =
+                            TokioIo::new(limits::FirstBytes::new(s, limits::HEADER_READ_TIMEOUT));
+                        let conn = builder.serve_connection_with_upgrades(io, service(identity));
                         watcher.watch(conn.into_owned()).await
                     }
                     Err(e) => {
@@ -418,10 +427,10 @@ pub async fn serve(
                     }
                 },
                 None => {
-                    let conn = builder.serve_connection_with_upgrades(
-                        TokioIo::new(stream),
-                        service(ClientIdentity::Anonymous),
-                    );
+                    let io =
+                        TokioIo::new(limits::FirstBytes::new(stream, limits::HEADER_READ_TIMEOUT));
+                    let conn = builder
+                        .serve_connection_with_upgrades(io, service(ClientIdentity::Anonymous));
                     watcher.watch(conn.into_owned()).await
                 }
             };

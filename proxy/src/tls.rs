@@ -3,13 +3,31 @@
 //!
 //! Every error names the file and what is wrong with it, because these run at startup and
 //! the message is all an operator gets. One crypto provider (aws-lc-rs) for the whole process.
+//! Only TLS 1.3 and 1.2 are spoken, on both sides (rustls implements nothing older; the
+//! versions are still named explicitly so the choice is visible here).
+//!
+//! kubeadm rotates certificates in place (`kubeadm certs renew`, and every `kubeadm upgrade
+//! apply`, which is exactly when mvproxy runs), so the configs built for the running proxy
+//! take their certificates and trust from [`reload`], which rereads the files while serving;
+//! [`insecure`] is the verifier behind `--insecure-skip-tls-verify`.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use rustls::client::ResolvesClientCert;
+use rustls::client::danger::ServerCertVerifier;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use rustls::{ClientConfig, RootCertStore, ServerConfig};
+use rustls::server::ResolvesServerCert;
+use rustls::{ClientConfig, RootCertStore, ServerConfig, SupportedProtocolVersion};
+
+pub mod accept;
+pub mod insecure;
+pub mod reload;
+
+/// The protocol versions mvproxy speaks, newest first: TLS 1.3 and 1.2, nothing older.
+pub static PROTOCOL_VERSIONS: &[&SupportedProtocolVersion] =
+    &[&rustls::version::TLS13, &rustls::version::TLS12];
 
 /// A TLS file that could not be used.
 #[derive(Debug, thiserror::Error)]
@@ -33,19 +51,29 @@ pub fn install_provider() {
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
 }
 
-fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+/// The crypto provider every config here uses.
+pub fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::aws_lc_rs::default_provider())
 }
 
 /// The trust store of a CA file.
 pub fn roots(ca_file: &Path) -> Result<RootCertStore, TlsError> {
-    root_store(ca_file)
+    parse_roots(ca_file, &read(ca_file)?)
+}
+
+/// Reads a file, naming it in the error.
+pub fn read(path: &Path) -> Result<Vec<u8>, TlsError> {
+    std::fs::read(path).map_err(|e| file_error(path, e))
 }
 
 /// Reads every certificate of a PEM file.
 pub fn load_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
-    let data = std::fs::read(path).map_err(|e| file_error(path, e))?;
-    let certs = CertificateDer::pem_slice_iter(&data)
+    parse_certs(path, &read(path)?)
+}
+
+/// Every certificate of `data`, the PEM contents of `path`.
+pub fn parse_certs(path: &Path, data: &[u8]) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let certs = CertificateDer::pem_slice_iter(data)
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| file_error(path, format!("not a PEM certificate file: {e}")))?;
     if certs.is_empty() {
@@ -56,14 +84,19 @@ pub fn load_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError>
 
 /// Reads a PEM private key (PKCS#8, PKCS#1 or SEC1).
 pub fn load_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
-    let data = std::fs::read(path).map_err(|e| file_error(path, e))?;
-    PrivateKeyDer::from_pem_slice(&data)
+    parse_key(path, &read(path)?)
+}
+
+/// The private key in `data`, the PEM contents of `path`.
+pub fn parse_key(path: &Path, data: &[u8]) -> Result<PrivateKeyDer<'static>, TlsError> {
+    PrivateKeyDer::from_pem_slice(data)
         .map_err(|e| file_error(path, format!("no usable private key: {e}")))
 }
 
-fn root_store(ca_file: &Path) -> Result<RootCertStore, TlsError> {
+/// The trust store made of every certificate in `data`, the PEM contents of `ca_file`.
+pub fn parse_roots(ca_file: &Path, data: &[u8]) -> Result<RootCertStore, TlsError> {
     let mut roots = RootCertStore::empty();
-    for cert in load_certs(ca_file)? {
+    for cert in parse_certs(ca_file, data)? {
         roots
             .add(cert)
             .map_err(|e| file_error(ca_file, format!("bad CA certificate: {e}")))?;
@@ -71,17 +104,28 @@ fn root_store(ca_file: &Path) -> Result<RootCertStore, TlsError> {
     Ok(roots)
 }
 
-/// The serving config for `--listen` (TLS 1.2 and 1.3, HTTP/2 and HTTP/1.1 by ALPN). Client
+/// A verifier of servers' certificates against the CAs of `ca_file`.
+pub fn ca_verifier(
+    ca_file: &Path,
+    data: &[u8],
+) -> Result<Arc<rustls::client::WebPkiServerVerifier>, TlsError> {
+    rustls::client::WebPkiServerVerifier::builder_with_provider(
+        Arc::new(parse_roots(ca_file, data)?),
+        provider(),
+    )
+    .build()
+    .map_err(|e| file_error(ca_file, format!("no usable CA: {e}")))
+}
+
+/// The serving config for `--listen` (TLS 1.3 and 1.2, HTTP/2 and HTTP/1.1 by ALPN), with the
+/// certificate `cert` gives for each handshake ([`reload::ServingCert`] for the proxy). Client
 /// certificates signed by one of `client_cas` are asked for, never required.
 pub fn server_config(
-    cert: &Path,
-    key: &Path,
+    cert: Arc<dyn ResolvesServerCert>,
     client_cas: &[&Path],
 ) -> Result<ServerConfig, TlsError> {
-    let certs = load_certs(cert)?;
-    let key = load_key(key)?;
     let builder = ServerConfig::builder_with_provider(provider())
-        .with_safe_default_protocol_versions()
+        .with_protocol_versions(PROTOCOL_VERSIONS)
         .map_err(|e| TlsError::Config(e.to_string()))?;
     let builder = if client_cas.is_empty() {
         builder.with_no_client_auth()
@@ -103,30 +147,41 @@ pub fn server_config(
         .map_err(|e| TlsError::Config(format!("client certificate verifier: {e}")))?;
         builder.with_client_cert_verifier(verifier)
     };
-    let mut config = builder
-        .with_single_cert(certs, key)
-        .map_err(|e| TlsError::Config(format!("serving certificate and key: {e}")))?;
+    let mut config = builder.with_cert_resolver(cert);
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(config)
 }
 
-/// A client config that trusts `ca_file` only and presents `client_cert` if given.
-/// Upstreams are spoken to in HTTP/1.1 (upgrades for exec and port-forward need it).
+/// A client config that trusts `ca_file` only and presents `client_cert` if given, both as
+/// they are now (the running proxy uses [`reload::Reloader::upstream_config`] instead).
 pub fn client_config(
     ca_file: &Path,
     client_cert: Option<(&Path, &Path)>,
 ) -> Result<ClientConfig, TlsError> {
-    let builder = ClientConfig::builder_with_provider(provider())
-        .with_safe_default_protocol_versions()
-        .map_err(|e| TlsError::Config(e.to_string()))?
-        .with_root_certificates(root_store(ca_file)?);
-    let config = match client_cert {
-        Some((cert, key)) => builder
-            .with_client_auth_cert(load_certs(cert)?, load_key(key)?)
-            .map_err(|e| file_error(cert, format!("proxy client certificate and key: {e}")))?,
-        None => builder.with_no_client_auth(),
+    let verifier = ca_verifier(ca_file, &read(ca_file)?)?;
+    let client_cert = match client_cert {
+        Some((cert, key)) => Some(reload::ClientCert::load(cert, key)? as _),
+        None => None,
     };
-    Ok(config)
+    client_config_with(verifier, client_cert)
+}
+
+/// A client config that verifies servers with `verifier` and presents the certificate
+/// `client_cert` gives, if any. Upstreams are spoken to in HTTP/1.1 (upgrades for exec and
+/// port-forward need it; the connector sets ALPN).
+pub fn client_config_with(
+    verifier: Arc<dyn ServerCertVerifier>,
+    client_cert: Option<Arc<dyn ResolvesClientCert>>,
+) -> Result<ClientConfig, TlsError> {
+    let builder = ClientConfig::builder_with_provider(provider())
+        .with_protocol_versions(PROTOCOL_VERSIONS)
+        .map_err(|e| TlsError::Config(e.to_string()))?
+        .dangerous()
+        .with_custom_certificate_verifier(verifier);
+    Ok(match client_cert {
+        Some(resolver) => builder.with_client_cert_resolver(resolver),
+        None => builder.with_no_client_auth(),
+    })
 }
 
 #[cfg(test)]
@@ -166,8 +221,13 @@ mod tests {
         let (c, k) = (dir.join("c.pem"), dir.join("k.pem"));
         std::fs::write(&c, cert.pem()).unwrap();
         std::fs::write(&k, key.serialize_pem()).unwrap();
-        server_config(&c, &k, &[]).unwrap();
-        server_config(&c, &k, &[&c]).unwrap();
+        let serving = reload::ServingCert::load(&c, &k).unwrap();
+        let config = server_config(serving.clone(), &[]).unwrap();
+        assert_eq!(
+            config.alpn_protocols,
+            [b"h2".to_vec(), b"http/1.1".to_vec()]
+        );
+        server_config(serving, &[&c]).unwrap();
         client_config(&c, Some((&c, &k))).unwrap();
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -20,10 +20,12 @@ use tokio::process::{Child, Command};
 
 pub use mvproxy::standin::{RecordedRequest, Running as StandInRunning, StandIn};
 
+pub mod conn;
 pub mod otlp;
 pub mod pki;
 pub mod prometheus;
 pub mod promql;
+pub mod relay;
 
 /// Longest wait for anything in these tests.
 pub const PATIENCE: Duration = Duration::from_secs(20);

@@ -69,10 +69,29 @@ impl Ca {
 
     /// A leaf certificate for `sans` (DNS names or IPs) with common name `cn`, as `name.crt`/`name.key`.
     pub fn issue(&self, name: &str, cn: &str, sans: &[&str]) -> Pair {
+        self.issue_with(name, cn, sans, |_| {})
+    }
+
+    /// A leaf that was valid in 2001 only.
+    pub fn issue_expired(&self, name: &str, cn: &str, sans: &[&str]) -> Pair {
+        self.issue_with(name, cn, sans, |p| {
+            p.not_before = rcgen::date_time_ymd(2001, 1, 1);
+            p.not_after = rcgen::date_time_ymd(2001, 12, 31);
+        })
+    }
+
+    fn issue_with(
+        &self,
+        name: &str,
+        cn: &str,
+        sans: &[&str],
+        edit: impl FnOnce(&mut CertificateParams),
+    ) -> Pair {
         let mut params =
             CertificateParams::new(sans.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>())
                 .expect("params");
         params.distinguished_name.push(DnType::CommonName, cn);
+        edit(&mut params);
         let key = KeyPair::generate().expect("key");
         let cert = params.signed_by(&key, &self.issuer).expect("sign");
         let pair = Pair {
@@ -83,4 +102,21 @@ impl Ca {
         std::fs::write(&pair.key, key.serialize_pem()).expect("write key");
         pair
     }
+}
+
+/// A self-signed certificate for `sans`, as `dir/name.crt`/`name.key` (no CA vouches for it).
+pub fn self_signed(dir: &std::path::Path, name: &str, sans: &[&str]) -> Pair {
+    let mut params =
+        CertificateParams::new(sans.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>())
+            .expect("params");
+    params.distinguished_name.push(DnType::CommonName, name);
+    let key = KeyPair::generate().expect("key");
+    let cert = params.self_signed(&key).expect("self-signed");
+    let pair = Pair {
+        cert: dir.join(format!("{name}.crt")),
+        key: dir.join(format!("{name}.key")),
+    };
+    std::fs::write(&pair.cert, cert.pem()).expect("write cert");
+    std::fs::write(&pair.key, key.serialize_pem()).expect("write key");
+    pair
 }

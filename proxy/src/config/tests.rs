@@ -32,6 +32,53 @@ fn defaults_for_a_minimal_config() {
     assert_eq!(c.peers[0].name.as_str(), "b");
     assert_eq!(c.refresh_interval, Duration::from_secs(30));
     assert_eq!(c.peer_server_name, "kubernetes.default.svc");
+    assert_eq!(c.tls_reload_interval, Duration::from_secs(10));
+    assert!(!c.insecure_skip_tls_verify);
+    assert_eq!(
+        c.limits,
+        Limits {
+            max_request_header_bytes: 1 << 20,
+            max_request_body_bytes: 3 << 20,
+            max_discovery_document_bytes: 16 << 20,
+            max_connections: 4096,
+        }
+    );
+}
+
+#[test]
+fn insecure_skip_tls_verify_replaces_the_ca_files() {
+    let c = ServeArgs {
+        insecure_skip_tls_verify: Some(true),
+        ..args("https://127.0.0.1:8080", &["b=https://127.0.0.1:8081"])
+    }
+    .load()
+    .unwrap();
+    assert!(c.insecure_skip_tls_verify);
+    assert!(c.peer_ca_file.is_none() && c.local_ca_file.is_none());
+}
+
+#[test]
+fn limits_are_read_within_their_bounds() {
+    let c = ServeArgs {
+        max_request_header_bytes: Some(8192),
+        max_request_body_bytes: Some(1),
+        max_discovery_document_bytes: Some(1024),
+        max_connections: Some(1),
+        tls_reload_interval_seconds: Some(1),
+        ..args("http://h:1", &[])
+    }
+    .load()
+    .unwrap();
+    assert_eq!(
+        c.limits,
+        Limits {
+            max_request_header_bytes: 8192,
+            max_request_body_bytes: 1,
+            max_discovery_document_bytes: 1024,
+            max_connections: 1,
+        }
+    );
+    assert_eq!(c.tls_reload_interval, Duration::from_secs(1));
 }
 
 #[test]
@@ -195,6 +242,78 @@ fn invalid_values_name_their_field() {
             },
             "peer-server-name",
         ),
+        (
+            ServeArgs {
+                tls_reload_interval_seconds: Some(0),
+                ..args("http://h:1", &[])
+            },
+            "tls-reload-interval-seconds",
+        ),
+        (
+            ServeArgs {
+                insecure_skip_tls_verify: Some(true),
+                peer_ca_file: Some("/etc/hostname".into()),
+                ..args("http://h:1", &["b=https://127.0.0.1:2"])
+            },
+            "insecure-skip-tls-verify",
+        ),
+        (
+            ServeArgs {
+                insecure_skip_tls_verify: Some(true),
+                local_ca_file: Some("/etc/hostname".into()),
+                ..args("https://h:1", &[])
+            },
+            "insecure-skip-tls-verify",
+        ),
+        (
+            ServeArgs {
+                insecure_skip_tls_verify: Some(false),
+                ..args("http://127.0.0.1:8080", &["b=https://127.0.0.1:1"])
+            },
+            "peer-ca-file",
+        ),
+        (
+            ServeArgs {
+                max_request_header_bytes: Some(8191),
+                ..args("http://h:1", &[])
+            },
+            "max-request-header-bytes",
+        ),
+        (
+            ServeArgs {
+                max_request_header_bytes: Some((64 << 20) + 1),
+                ..args("http://h:1", &[])
+            },
+            "max-request-header-bytes",
+        ),
+        (
+            ServeArgs {
+                max_request_body_bytes: Some(0),
+                ..args("http://h:1", &[])
+            },
+            "max-request-body-bytes",
+        ),
+        (
+            ServeArgs {
+                max_discovery_document_bytes: Some(1023),
+                ..args("http://h:1", &[])
+            },
+            "max-discovery-document-bytes",
+        ),
+        (
+            ServeArgs {
+                max_connections: Some(0),
+                ..args("http://h:1", &[])
+            },
+            "max-connections",
+        ),
+        (
+            ServeArgs {
+                max_connections: Some((1 << 20) + 1),
+                ..args("http://h:1", &[])
+            },
+            "max-connections",
+        ),
     ];
     for (a, want) in cases {
         let shown = format!("{a:?}");
@@ -209,7 +328,7 @@ fn yaml_file_is_read_and_flags_win() {
     let file = dir.join("mvproxy.yaml");
     std::fs::write(
         &file,
-        "local: http://127.0.0.1:8080\nserver-id: apiserver-a\npeers:\n  - apiserver-b=http://127.0.0.1:8081\nlisten: 127.0.0.1:7443\n",
+        "local: http://127.0.0.1:8080\nserver-id: apiserver-a\npeers:\n  - apiserver-b=http://127.0.0.1:8081\nlisten: 127.0.0.1:7443\nmax-connections: 100\nmax-request-body-bytes: 1000\ninsecure-skip-tls-verify: true\n",
     )
     .unwrap();
     let c = ServeArgs {
@@ -222,6 +341,9 @@ fn yaml_file_is_read_and_flags_win() {
     assert_eq!(c.listen.to_string(), "127.0.0.1:7444", "the flag wins");
     assert_eq!(c.server_id.as_str(), "apiserver-a");
     assert_eq!(c.peers[0].name.as_str(), "apiserver-b");
+    assert_eq!(c.limits.max_connections, 100);
+    assert_eq!(c.limits.max_request_body_bytes, 1000);
+    assert!(c.insecure_skip_tls_verify);
 
     std::fs::write(&file, "local: http://127.0.0.1:8080\nlisten-addr: 1\n").unwrap();
     let e = ServeArgs {

@@ -5,9 +5,15 @@
 //! aggregated only if it is a 200 whose `Content-Type` names `APIGroupDiscoveryList` v2 or
 //! v2beta1 (kubernetes#119662); anything else is read as legacy discovery and completed with
 //! one request per group-version, as client-go does for old releases.
+//!
+//! No document is read past `--max-discovery-document-bytes` (refused up front by its
+//! `Content-Length`, or when the count passes the limit): a peer must not be able to make
+//! mvproxy hold an endless body. Such a fetch fails like any other, saying the size, so the
+//! server is marked down and its last good view is kept.
 
 use bytes::Bytes;
 use http::{HeaderMap, StatusCode, header};
+use http_body_util::{BodyExt, LengthLimitError, Limited};
 
 use super::legacy::group_from_legacy;
 use super::snapshot::ServerView;
@@ -15,10 +21,7 @@ use super::types::{
     ACCEPT_NOPEER, AGGREGATED_GROUP, AGGREGATED_KIND, ApiGroupDiscovery, ApiGroupDiscoveryList,
     ApiGroupList, ApiResourceList, ApiVersions,
 };
-use crate::forward::Upstream;
-
-/// Largest discovery document accepted (the 1.34 `/apis` is about 60 KiB).
-pub const MAX_DOCUMENT_BYTES: usize = 16 * 1024 * 1024;
+use crate::forward::{Upstream, causes};
 
 const ACCEPT_JSON: &str = "application/json";
 
@@ -48,20 +51,22 @@ impl From<String> for FetchError {
     }
 }
 
-/// One server's fetch: the upstream, and what to tell about each response (upstream counts
-/// peer discovery fetches as rerouted requests).
+/// One server's fetch: the upstream, the largest document read, and what to tell about each
+/// response (upstream counts peer discovery fetches as rerouted requests).
 struct Fetch<'a> {
     up: &'a Upstream,
+    limit: usize,
     observe: &'a (dyn Fn(StatusCode) + Sync),
 }
 
-/// Fetches the server's core and named groups; `observe` sees the status of every response
-/// (503 for a request that got none).
+/// Fetches the server's core and named groups, reading no document over `limit` bytes;
+/// `observe` sees the status of every response (503 for a request that got none).
 pub async fn fetch(
     up: &Upstream,
+    limit: usize,
     observe: &(dyn Fn(StatusCode) + Sync),
 ) -> Result<ServerView, FetchError> {
-    let up = &Fetch { up, observe };
+    let up = &Fetch { up, limit, observe };
     let core = match get(up, "/api", ACCEPT_NOPEER).await? {
         Document::NotFound => Vec::new(),
         Document::Aggregated { body, .. } => decode::<ApiGroupDiscoveryList>("/api", &body)?.items,
@@ -106,7 +111,7 @@ async fn legacy_resources(up: &Fetch<'_>, path: &str) -> Result<ApiResourceList,
 }
 
 async fn get(f: &Fetch<'_>, path: &str, accept: &str) -> Result<Document, FetchError> {
-    let (status, headers, body) = match f.up.get(path, accept, MAX_DOCUMENT_BYTES).await {
+    let resp = match f.up.get_response(path, accept).await {
         Ok(r) => r,
         Err(e) => {
             (f.observe)(StatusCode::SERVICE_UNAVAILABLE);
@@ -117,7 +122,38 @@ async fn get(f: &Fetch<'_>, path: &str, accept: &str) -> Result<Document, FetchE
             });
         }
     };
+    let (parts, body) = resp.into_parts();
+    let (status, headers) = (parts.status, parts.headers);
     (f.observe)(status);
+    let too_large = || {
+        format!(
+            "GET {path}: the document is larger than {} bytes (--max-discovery-document-bytes)",
+            f.limit
+        )
+    };
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if let Some(len) = declared
+        && len > f.limit as u64
+    {
+        return Err(format!("{}: its Content-Length is {len}", too_large()).into());
+    }
+    let body = match Limited::new(body, f.limit).collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => {
+            return Err(too_large().into());
+        }
+        Err(e) => {
+            return Err(format!(
+                "GET {path}: {} stopped sending: {}",
+                f.up.name,
+                causes(e.as_ref())
+            )
+            .into());
+        }
+    };
     match status {
         StatusCode::OK => Ok(match aggregated_version(&headers) {
             Some(v2) => Document::Aggregated { v2, body },
@@ -176,6 +212,76 @@ fn decode<T: serde::de::DeserializeOwned>(path: &str, body: &[u8]) -> Result<T, 
 mod tests {
     use super::*;
     use http::HeaderValue;
+    use std::time::Duration;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A server answering its first request with `head` then `chunks` (raw bytes).
+    async fn raw_server(head: String, chunks: Vec<Vec<u8>>) -> Upstream {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base: http::Uri = format!("http://{}", listener.local_addr().unwrap())
+            .parse()
+            .unwrap();
+        tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            let mut buf = vec![0u8; 4096];
+            let mut seen = Vec::new();
+            while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
+                let n = s.read(&mut buf).await.unwrap();
+                seen.extend_from_slice(&buf[..n]);
+            }
+            s.write_all(head.as_bytes()).await.unwrap();
+            for c in chunks {
+                if s.write_all(&c).await.is_err() {
+                    return;
+                }
+            }
+            let _ = s.shutdown().await;
+        });
+        let settings = crate::forward::ClientSettings {
+            tls: None,
+            server_name: None,
+            connect_timeout: Duration::from_secs(5),
+            insecure_skip_verify: false,
+        };
+        Upstream::new("peer".into(), base, &settings, Duration::from_secs(10)).unwrap()
+    }
+
+    const AGGREGATED: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
+
+    #[tokio::test]
+    async fn a_document_over_the_limit_fails_the_fetch_saying_the_size() {
+        // streamed without a length: stopped once the count passes the limit
+        let chunk = |n: usize| format!("{n:x}\r\n{}\r\n", " ".repeat(n)).into_bytes();
+        let head = format!(
+            "HTTP/1.1 200 OK\r\ncontent-type: {AGGREGATED}\r\ntransfer-encoding: chunked\r\n\r\n"
+        );
+        let up = raw_server(head, (0..5).map(|_| chunk(1000)).collect()).await;
+        let e = fetch(&up, 1024, &|_| {}).await.unwrap_err();
+        assert_eq!(e.kind, "fetch_discovery");
+        assert_eq!(
+            e.message,
+            "GET /api: the document is larger than 1024 bytes (--max-discovery-document-bytes)"
+        );
+
+        // declared by Content-Length: refused before reading
+        let head = format!(
+            "HTTP/1.1 200 OK\r\ncontent-type: {AGGREGATED}\r\ncontent-length: 5000\r\n\r\n"
+        );
+        let up = raw_server(head, vec![vec![b' '; 5000]]).await;
+        let e = fetch(&up, 1024, &|_| {}).await.unwrap_err();
+        assert!(
+            e.message.ends_with("larger than 1024 bytes (--max-discovery-document-bytes): its Content-Length is 5000"),
+            "{e}"
+        );
+
+        // under the limit: /api is read and used (the fetch then fails at /apis, as this
+        // server answers only once)
+        let head =
+            format!("HTTP/1.1 200 OK\r\ncontent-type: {AGGREGATED}\r\ncontent-length: 12\r\n\r\n");
+        let up = raw_server(head, vec![br#"{"items":[]}"#.to_vec()]).await;
+        let e = fetch(&up, 1024, &|_| {}).await.unwrap_err();
+        assert!(e.message.starts_with("GET /apis: "), "{e}");
+    }
 
     #[test]
     fn name_resolution_failures_are_told_apart() {

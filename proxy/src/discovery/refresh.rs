@@ -37,6 +37,8 @@ const MISS_REFRESH_GAP: Duration = Duration::from_secs(1);
 #[derive(Debug, Clone, Copy)]
 pub struct RefreshSettings {
     pub interval: Duration,
+    /// Largest discovery document read (`--max-discovery-document-bytes`).
+    pub max_document_bytes: usize,
 }
 
 /// A peer as a peer source reports it.
@@ -245,7 +247,10 @@ impl Cache {
         let mut failures: u32 = 0;
         loop {
             let started = Instant::now();
-            let result = fetch(&upstream, &|status| self.observe_fetch(local, status)).await;
+            let result = fetch(&upstream, self.settings.max_document_bytes, &|status| {
+                self.observe_fetch(local, status)
+            })
+            .await;
             self.metrics
                 .peer_fetch_duration
                 .get_or_create(&PeerLabels {
