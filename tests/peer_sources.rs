@@ -235,3 +235,59 @@ async fn peers_follow_the_kubernetes_service_endpoint_slices() {
     assert_eq!(del.status, StatusCode::OK);
     wait_ids(&p, &["apiserver-a"]).await;
 }
+
+#[tokio::test]
+async fn peers_can_be_read_through_a_kubeconfig() {
+    let a = standin("apiserver-a", &apis_134()).await;
+    let b = standin("apiserver-b", &apis_131()).await;
+    // the leases live on another server than the local one: only the kubeconfig leads there
+    let cluster = standin("cluster", &apis_134()).await;
+    cluster.insert(
+        "coordination.k8s.io",
+        "v1",
+        "leases",
+        Some("kube-system"),
+        lease(
+            "apiserver-b",
+            "apiserver-b_1",
+            &b.addr.to_string(),
+            Duration::ZERO,
+        ),
+    );
+    let dir = tempdir::TempDir::new("kubeconfig");
+    let kubeconfig = dir.path().join("config");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\ncurrent-context: mvproxy\ncontexts:\n- name: mvproxy\n  context: {{cluster: c, user: u}}\nclusters:\n- name: c\n  cluster: {{server: '{}'}}\nusers:\n- name: u\n  user: {{token: kc-token}}\n",
+            cluster.url()
+        ),
+    )
+    .unwrap();
+    let mut args = proxy_args("apiserver-a", &a.url(), &[]);
+    args.extend(
+        [
+            "--peer-source",
+            "leases",
+            "--peer-scheme",
+            "http",
+            "--kubeconfig",
+            kubeconfig.to_str().unwrap(),
+        ]
+        .map(str::to_owned),
+    );
+    let p = Proxy::start(&args).await;
+    p.ready().await;
+    wait_ids(&p, &["apiserver-a", "apiserver-b"]).await;
+    let reads = requests_for(&cluster, "/leases");
+    assert!(
+        !reads.is_empty()
+            && reads
+                .iter()
+                .all(|r| r.headers["authorization"] == "Bearer kc-token")
+    );
+    assert!(
+        requests_for(&a, "/leases").is_empty(),
+        "not read from the local server"
+    );
+}

@@ -21,6 +21,7 @@ use crate::discovery::Cache;
 use crate::discovery::refresh::{PeerSpec, RefreshSettings, UpstreamFactory};
 use crate::forward::{ClientSettings, Upstream};
 use crate::identity::Authenticator;
+use crate::kubeconfig::KubeConfig;
 use crate::peers::{Kind, KubeSource};
 use crate::server::{self, App};
 use crate::tls::reload::Reloader;
@@ -64,6 +65,36 @@ impl Running {
     pub async fn stopped(self) {
         let _ = self.tasks.await;
     }
+}
+
+/// The API server a kubeconfig's current context names, as an upstream.
+fn kubeconfig_upstream(kc: &KubeConfig, config: &Config) -> Result<Upstream, StartError> {
+    let tls = match &kc.ca_pem {
+        Some(ca) => Some(tls::client_config_from_pem(
+            &kc.path,
+            ca,
+            kc.client_cert
+                .as_ref()
+                .map(|(c, k)| (c.as_slice(), k.as_slice())),
+        )?),
+        None => None,
+    };
+    let settings = ClientSettings {
+        tls,
+        server_name: None,
+        connect_timeout: config.connect_timeout,
+        insecure_skip_verify: false,
+    };
+    Upstream::new(
+        "kubeconfig".into(),
+        kc.server.clone(),
+        &settings,
+        config.response_header_timeout,
+    )
+    .map_err(|why| StartError::Upstream {
+        name: kc.server.to_string(),
+        why,
+    })
 }
 
 /// `host:port` of a URL, with the scheme's default port.
@@ -192,8 +223,16 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
             } else {
                 Kind::EndpointSlices
             },
-            api: local.clone(),
-            token_file: config.peer_source_token_file.clone(),
+            api: match &config.kubeconfig {
+                Some(kc) => kubeconfig_upstream(kc, config)?,
+                None => local.clone(),
+            },
+            token: config.kubeconfig.as_ref().and_then(|kc| kc.token.clone()),
+            token_file: config
+                .kubeconfig
+                .as_ref()
+                .and_then(|kc| kc.token_file.clone())
+                .or_else(|| config.peer_source_token_file.clone()),
             self_name: config.server_id.clone(),
             self_addr: authority_with_port(&config.local),
             scheme: config.peer_scheme.as_str(),

@@ -155,6 +155,10 @@ pub struct ServeArgs {
     /// [default: the in-cluster ServiceAccount token, if present]
     #[arg(long)]
     pub peer_source_token_file: Option<PathBuf>,
+    /// kubeconfig whose current context reads Leases or EndpointSlices (instead of the local
+    /// API server with --peer-source-token-file)
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
     /// Scheme of peer addresses found in the cluster (http only for test stand-ins) [default: https]
     #[arg(long, value_enum)]
     pub peer_scheme: Option<PeerScheme>,
@@ -229,6 +233,8 @@ pub struct Config {
     pub header_names: HeaderNames,
     pub peer_source: PeerSource,
     pub peer_source_token_file: Option<PathBuf>,
+    /// Where cluster peer sources read from, when not the local API server.
+    pub kubeconfig: Option<crate::kubeconfig::KubeConfig>,
     pub peer_scheme: PeerScheme,
     pub serving_tls: Option<ServingTls>,
     pub local_ca_file: Option<PathBuf>,
@@ -312,6 +318,7 @@ impl ServeArgs {
                 .or(file.requestheader_extra_headers_prefix),
             peer_source_token_file: self.peer_source_token_file.or(file.peer_source_token_file),
             peer_scheme: self.peer_scheme.or(file.peer_scheme),
+            kubeconfig: self.kubeconfig.or(file.kubeconfig),
             tls_reload_interval_seconds: self
                 .tls_reload_interval_seconds
                 .or(file.tls_reload_interval_seconds),
@@ -524,12 +531,36 @@ impl ServeArgs {
                 "static peers cannot be combined with --peer-source leases or endpointslices",
             ));
         }
+        let token_file_given = self.peer_source_token_file.is_some();
         let peer_source_token_file = match self.peer_source_token_file {
             Some(f) => {
                 readable("peer-source-token-file", &f)?;
                 Some(f)
             }
             None => Some(PathBuf::from(SERVICE_ACCOUNT_TOKEN)).filter(|p| p.exists()),
+        };
+        let kubeconfig = match &self.kubeconfig {
+            None => None,
+            Some(_) if peer_source == PeerSource::Static => {
+                return Err(err(
+                    "kubeconfig",
+                    "only used with --peer-source leases or endpointslices",
+                ));
+            }
+            Some(_) if token_file_given => {
+                return Err(err(
+                    "kubeconfig",
+                    "give either --kubeconfig or --peer-source-token-file",
+                ));
+            }
+            Some(path) => {
+                Some(crate::kubeconfig::load(path).map_err(|why| err("kubeconfig", why))?)
+            }
+        };
+        let peer_source_token_file = if kubeconfig.is_some() {
+            None
+        } else {
+            peer_source_token_file
         };
         let peer_scheme = self.peer_scheme.unwrap_or_default();
         if peer_source != PeerSource::Static
@@ -570,6 +601,7 @@ impl ServeArgs {
             header_names,
             peer_source,
             peer_source_token_file,
+            kubeconfig,
             peer_scheme,
             serving_tls,
             local_ca_file: self.local_ca_file,

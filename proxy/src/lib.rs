@@ -18,7 +18,8 @@
 //!   the trace of each request; [`admin`] serves health, readiness, metrics and
 //!   `/debug/discovery`.
 //!
-//! [`peers`] finds peers in the cluster (identity Leases or EndpointSlices).
+//! [`peers`] finds peers in the cluster (identity Leases or EndpointSlices), read from the local
+//! API server or through a [`kubeconfig`].
 //!
 //! [`config`] turns flags and YAML into a validated [`config::Config`]; [`app`] starts
 //! everything from it. [`limits`] bounds what one client can make the proxy hold (request
@@ -36,6 +37,7 @@ pub mod discovery;
 pub mod error;
 pub mod forward;
 pub mod identity;
+pub mod kubeconfig;
 pub mod limits;
 pub mod peers;
 pub mod route;

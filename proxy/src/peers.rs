@@ -68,6 +68,8 @@ pub struct KubeSource {
     pub api: Upstream,
     /// Bearer token file (a ServiceAccount token rotates, so it is read at every list).
     pub token_file: Option<PathBuf>,
+    /// A fixed bearer token (from a kubeconfig).
+    pub token: Option<String>,
     /// This server's lease name, skipped.
     pub self_name: ServerName,
     /// This server's `host:port`, skipped among EndpointSlice addresses.
@@ -194,11 +196,17 @@ impl KubeSource {
     fn headers(&self) -> Result<HeaderMap, WatchError> {
         let mut h = HeaderMap::new();
         h.insert(header::ACCEPT, HeaderValue::from_static("application/json"));
-        if let Some(file) = &self.token_file {
-            let token = std::fs::read_to_string(file)
-                .map_err(|e| WatchError::Token(format!("{}: {e}", file.display())))?;
+        let token = match (&self.token, &self.token_file) {
+            (Some(t), _) => Some(t.clone()),
+            (None, Some(file)) => Some(
+                std::fs::read_to_string(file)
+                    .map_err(|e| WatchError::Token(format!("{}: {e}", file.display())))?,
+            ),
+            (None, None) => None,
+        };
+        if let Some(token) = token {
             let value = HeaderValue::from_str(&format!("Bearer {}", token.trim()))
-                .map_err(|_| WatchError::Token(format!("{}: not a valid token", file.display())))?;
+                .map_err(|_| WatchError::Token("not a valid token".to_owned()))?;
             h.insert(header::AUTHORIZATION, value);
         }
         Ok(h)

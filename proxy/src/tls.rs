@@ -166,6 +166,25 @@ pub fn client_config(
     client_config_with(verifier, client_cert)
 }
 
+/// A client config from PEM held in memory (a kubeconfig's `*-data`); `origin` names it in
+/// errors.
+pub fn client_config_from_pem(
+    origin: &Path,
+    ca: &[u8],
+    client: Option<(&[u8], &[u8])>,
+) -> Result<ClientConfig, TlsError> {
+    let builder = ClientConfig::builder_with_provider(provider())
+        .with_protocol_versions(PROTOCOL_VERSIONS)
+        .map_err(|e| TlsError::Config(e.to_string()))?
+        .with_root_certificates(parse_roots(origin, ca)?);
+    match client {
+        Some((cert, key)) => builder
+            .with_client_auth_cert(parse_certs(origin, cert)?, parse_key(origin, key)?)
+            .map_err(|e| file_error(origin, format!("client certificate and key: {e}"))),
+        None => Ok(builder.with_no_client_auth()),
+    }
+}
+
 /// A client config that verifies servers with `verifier` and presents the certificate
 /// `client_cert` gives, if any. Upstreams are spoken to in HTTP/1.1 (upgrades for exec and
 /// port-forward need it; the connector sets ALPN).

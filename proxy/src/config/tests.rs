@@ -221,6 +221,22 @@ fn invalid_values_name_their_field() {
         ),
         (
             ServeArgs {
+                kubeconfig: Some("/etc/hostname".into()),
+                ..args("http://h:1", &[])
+            },
+            "kubeconfig",
+        ),
+        (
+            ServeArgs {
+                peer_source: Some(PeerSource::Leases),
+                peer_scheme: Some(PeerScheme::Http),
+                kubeconfig: Some("/nonexistent/kubeconfig".into()),
+                ..args("http://h:1", &[])
+            },
+            "kubeconfig",
+        ),
+        (
+            ServeArgs {
                 peer_source: Some(PeerSource::Endpointslices),
                 peer_scheme: Some(PeerScheme::Http),
                 peer_source_token_file: Some("/nonexistent/token".into()),

@@ -1,0 +1,211 @@
+//! The subset of a kubeconfig file that reading peers from the cluster needs: the current
+//! context's server, its CA, and the user's bearer token or client certificate, inline
+//! (`*-data`, base64) or as files (relative to the kubeconfig's folder, as kubectl reads them).
+
+use std::path::{Path, PathBuf};
+
+use base64::Engine as _;
+use http::Uri;
+use serde::Deserialize;
+
+/// What the peer source needs to reach and authenticate to an API server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KubeConfig {
+    /// The file read, for error messages.
+    pub path: PathBuf,
+    pub server: Uri,
+    /// PEM of the CA that verifies `server` (required for `https://`).
+    pub ca_pem: Option<Vec<u8>>,
+    pub token: Option<String>,
+    pub token_file: Option<PathBuf>,
+    /// PEM certificate and key of the user.
+    pub client_cert: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+#[derive(Deserialize)]
+struct File {
+    #[serde(rename = "current-context", default)]
+    current_context: String,
+    #[serde(default)]
+    contexts: Vec<Named<Context>>,
+    #[serde(default)]
+    clusters: Vec<Named<Cluster>>,
+    #[serde(default)]
+    users: Vec<Named<User>>,
+}
+
+#[derive(Deserialize)]
+struct Named<T> {
+    name: String,
+    #[serde(alias = "context", alias = "cluster", alias = "user")]
+    value: Option<T>,
+}
+
+#[derive(Deserialize)]
+struct Context {
+    cluster: String,
+    #[serde(default)]
+    user: String,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+struct Cluster {
+    server: String,
+    certificate_authority: Option<PathBuf>,
+    certificate_authority_data: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+struct User {
+    token: Option<String>,
+    token_file: Option<PathBuf>,
+    client_certificate: Option<PathBuf>,
+    client_certificate_data: Option<String>,
+    client_key: Option<PathBuf>,
+    client_key_data: Option<String>,
+}
+
+fn find<'a, T>(items: &'a [Named<T>], name: &str, what: &str) -> Result<&'a T, String> {
+    items
+        .iter()
+        .find(|n| n.name == name)
+        .and_then(|n| n.value.as_ref())
+        .ok_or_else(|| format!("{what} {name:?} not found"))
+}
+
+/// Reads the current context of `path`.
+pub fn load(path: &Path) -> Result<KubeConfig, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    parse(path, &text).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+fn parse(path: &Path, text: &str) -> Result<KubeConfig, String> {
+    let file: File = serde_yaml_ng::from_str(text).map_err(|e| e.to_string())?;
+    let context = find(&file.contexts, &file.current_context, "current context")?;
+    let cluster = find(&file.clusters, &context.cluster, "cluster")?;
+    let default_user = User::default();
+    let user = if context.user.is_empty() {
+        &default_user
+    } else {
+        find(&file.users, &context.user, "user")?
+    };
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let read = |data: &Option<String>,
+                file: &Option<PathBuf>,
+                what: &str|
+     -> Result<Option<Vec<u8>>, String> {
+        match (data, file) {
+            (Some(d), _) => base64::engine::general_purpose::STANDARD
+                .decode(d.trim())
+                .map(Some)
+                .map_err(|e| format!("{what}-data: {e}")),
+            (None, Some(f)) => {
+                let f = dir.join(f);
+                std::fs::read(&f)
+                    .map(Some)
+                    .map_err(|e| format!("{what} {}: {e}", f.display()))
+            }
+            (None, None) => Ok(None),
+        }
+    };
+    let server: Uri = cluster
+        .server
+        .parse()
+        .map_err(|e| format!("server {:?}: {e}", cluster.server))?;
+    let ca_pem = read(
+        &cluster.certificate_authority_data,
+        &cluster.certificate_authority,
+        "certificate-authority",
+    )?;
+    if server.scheme_str() == Some("https") && ca_pem.is_none() {
+        return Err("certificate-authority is required for an https:// server".to_owned());
+    }
+    let client_cert = match (
+        read(
+            &user.client_certificate_data,
+            &user.client_certificate,
+            "client-certificate",
+        )?,
+        read(&user.client_key_data, &user.client_key, "client-key")?,
+    ) {
+        (Some(c), Some(k)) => Some((c, k)),
+        (None, None) => None,
+        _ => return Err("client-certificate and client-key go together".to_owned()),
+    };
+    Ok(KubeConfig {
+        path: path.to_owned(),
+        server,
+        ca_pem,
+        token: user.token.clone(),
+        token_file: user.token_file.as_ref().map(|f| dir.join(f)),
+        client_cert,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_the_current_context_with_inline_and_file_credentials() {
+        let dir = std::env::temp_dir().join(format!("mvproxy-kubeconfig-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("ca.crt"), "CA PEM").unwrap();
+        let text = r#"
+apiVersion: v1
+kind: Config
+current-context: admin@kubernetes
+contexts:
+  - name: other
+    context: {cluster: nope, user: nope}
+  - name: admin@kubernetes
+    context: {cluster: kubernetes, user: admin}
+clusters:
+  - name: kubernetes
+    cluster:
+      server: https://10.0.0.1:6443
+      certificate-authority: ca.crt
+users:
+  - name: admin
+    user:
+      client-certificate-data: Q0VSVA==
+      client-key-data: S0VZ
+"#;
+        let c = parse(&dir.join("config"), text).unwrap();
+        assert_eq!(c.server, "https://10.0.0.1:6443".parse::<Uri>().unwrap());
+        assert_eq!(
+            c.ca_pem.as_deref(),
+            Some(&b"CA PEM"[..]),
+            "relative to the file's folder"
+        );
+        assert_eq!(c.client_cert, Some((b"CERT".to_vec(), b"KEY".to_vec())));
+        assert_eq!(c.token, None);
+
+        let token = text.replace(
+            "      client-certificate-data: Q0VSVA==\n      client-key-data: S0VZ",
+            "      token: abc",
+        );
+        assert_eq!(
+            parse(&dir.join("config"), &token).unwrap().token.as_deref(),
+            Some("abc")
+        );
+        let no_ca = text.replace("      certificate-authority: ca.crt\n", "");
+        assert!(
+            parse(&dir.join("config"), &no_ca)
+                .unwrap_err()
+                .contains("certificate-authority")
+        );
+        let wrong = text.replace(
+            "current-context: admin@kubernetes",
+            "current-context: missing",
+        );
+        assert!(
+            parse(&dir.join("config"), &wrong)
+                .unwrap_err()
+                .contains("missing")
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
