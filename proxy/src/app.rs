@@ -19,7 +19,7 @@ use crate::admin::{self, Admin};
 use crate::config::{Config, PeerSource};
 use crate::discovery::Cache;
 use crate::discovery::refresh::{PeerSpec, RefreshSettings, UpstreamFactory};
-use crate::forward::{ClientSettings, Upstream};
+use crate::forward::{ClientSettings, Upstream, port_of};
 use crate::identity::Authenticator;
 use crate::kubeconfig::KubeConfig;
 use crate::peers::{Kind, KubeSource};
@@ -99,14 +99,7 @@ fn kubeconfig_upstream(kc: &KubeConfig, config: &Config) -> Result<Upstream, Sta
 
 /// `host:port` of a URL, with the scheme's default port.
 fn authority_with_port(url: &http::Uri) -> String {
-    let port = url
-        .port_u16()
-        .unwrap_or(if url.scheme_str() == Some("https") {
-            443
-        } else {
-            80
-        });
-    format!("{}:{port}", url.host().unwrap_or_default())
+    format!("{}:{}", url.host().unwrap_or_default(), port_of(url))
 }
 
 /// Builds and starts everything; returns once both listeners are bound.

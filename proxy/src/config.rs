@@ -744,13 +744,7 @@ fn readable(field: &str, path: &Path) -> Result<(), ConfigError> {
 }
 
 fn same_endpoint(a: &Uri, b: &Uri) -> bool {
-    let port = |u: &Uri| {
-        u.port_u16().unwrap_or(if u.scheme_str() == Some("https") {
-            443
-        } else {
-            80
-        })
-    };
+    let port = crate::forward::port_of;
     a.scheme_str() == b.scheme_str() && a.host() == b.host() && port(a) == port(b)
 }
 

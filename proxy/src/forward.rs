@@ -31,6 +31,16 @@ pub type BoxError = Box<dyn StdError + Send + Sync>;
 /// The body type on both sides of the proxy.
 pub type Body = BoxBody<Bytes, BoxError>;
 
+/// The port of an upstream URL, or its scheme's default.
+pub fn port_of(url: &Uri) -> u16 {
+    url.port_u16()
+        .unwrap_or(if url.scheme_str() == Some("https") {
+            443
+        } else {
+            80
+        })
+}
+
 /// A body holding `bytes`.
 pub fn full(bytes: impl Into<Bytes>) -> Body {
     Full::new(bytes.into())

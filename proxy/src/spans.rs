@@ -86,13 +86,7 @@ pub fn client(
     upstream: &Uri,
     peer: Option<&ServerName>,
 ) -> Span {
-    let port = upstream
-        .port_u16()
-        .unwrap_or(if upstream.scheme_str() == Some("https") {
-            443
-        } else {
-            80
-        });
+    let port = crate::forward::port_of(upstream);
     let span = tracing::info_span!(
         target: SPAN_EVENTS,
         parent: server,
