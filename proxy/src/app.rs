@@ -162,30 +162,39 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
         },
         metrics.clone(),
     );
-    let auth = Authenticator::new(
-        config
-            .client_ca_file
-            .as_deref()
-            .map(tls::roots)
-            .transpose()?,
-        config
-            .requestheader_client_ca_file
-            .as_deref()
-            .map(|ca| tls::roots(ca).map(|r| (r, config.requestheader_allowed_names.clone())))
-            .transpose()?,
-        config.header_names.clone(),
-    )
-    .map_err(|why| StartError::Tls(TlsError::Config(why)))?;
+    // Client certificates: each CA file is watched, so a CA added to the bundle is trusted
+    // from the next handshake on.
+    let users = config
+        .client_ca_file
+        .as_deref()
+        .map(|ca| reloader.client_cas(&[ca]))
+        .transpose()?;
+    let proxies = config
+        .requestheader_client_ca_file
+        .as_deref()
+        .map(|ca| reloader.client_cas(&[ca]))
+        .transpose()?;
     let client_cas: Vec<&std::path::Path> =
         [&config.client_ca_file, &config.requestheader_client_ca_file]
             .into_iter()
             .flatten()
             .map(|p| p.as_path())
             .collect();
+    let handshake_verifier = if client_cas.is_empty() {
+        None
+    } else {
+        Some(reloader.client_cas(&client_cas)?
+            as Arc<dyn rustls::server::danger::ClientCertVerifier>)
+    };
+    let auth = Authenticator::new(
+        users.map(|v| v as _),
+        proxies.map(|v| (v as _, config.requestheader_allowed_names.clone())),
+        config.header_names.clone(),
+    );
     let acceptor = match &config.serving_tls {
         Some(t) => Some(TlsAcceptor::from(Arc::new(tls::server_config(
             reloader.serving_cert(&t.cert, &t.key)?,
-            &client_cas,
+            handshake_verifier,
         )?))),
         None => None,
     };

@@ -19,9 +19,7 @@ use std::sync::Arc;
 
 use http::HeaderMap;
 use http::header::{HeaderName, HeaderValue};
-use rustls::RootCertStore;
 use rustls::pki_types::{CertificateDer, UnixTime};
-use rustls::server::WebPkiClientVerifier;
 use rustls::server::danger::ClientCertVerifier;
 
 /// The header names of the requestheader protocol (configurable like kube-apiserver's
@@ -74,30 +72,18 @@ impl std::fmt::Debug for Authenticator {
 }
 
 impl Authenticator {
-    /// `users`: CA of user certificates (front-proxy mode); `proxies`: CA and allowed CNs of
-    /// trusted front proxies.
+    /// `users`: verifies user certificates (front-proxy mode); `proxies`: verifies trusted
+    /// front proxies, with their allowed CNs.
     pub fn new(
-        users: Option<RootCertStore>,
-        proxies: Option<(RootCertStore, Vec<String>)>,
+        users: Option<Arc<dyn ClientCertVerifier>>,
+        proxies: Option<(Arc<dyn ClientCertVerifier>, Vec<String>)>,
         names: HeaderNames,
-    ) -> Result<Self, String> {
-        let verifier = |roots: RootCertStore| -> Result<Arc<dyn ClientCertVerifier>, String> {
-            let v = WebPkiClientVerifier::builder_with_provider(
-                Arc::new(roots),
-                Arc::new(rustls::crypto::aws_lc_rs::default_provider()),
-            )
-            .allow_unauthenticated()
-            .build()
-            .map_err(|e| e.to_string())?;
-            Ok(v)
-        };
-        Ok(Self {
-            users: users.map(verifier).transpose()?,
-            proxies: proxies
-                .map(|(roots, names)| verifier(roots).map(|v| (v, names)))
-                .transpose()?,
+    ) -> Self {
+        Self {
+            users,
+            proxies,
             names,
-        })
+        }
     }
 
     /// Whether any client certificate is asked for at all.
@@ -191,7 +177,12 @@ fn subject(cert: &CertificateDer<'_>) -> Option<(String, Vec<String>)> {
 mod tests {
     use super::*;
 
-    fn ca(cn: &str) -> (rcgen::Issuer<'static, rcgen::KeyPair>, RootCertStore) {
+    fn ca(
+        cn: &str,
+    ) -> (
+        rcgen::Issuer<'static, rcgen::KeyPair>,
+        Arc<dyn ClientCertVerifier>,
+    ) {
         let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
         params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
         params
@@ -199,9 +190,16 @@ mod tests {
             .push(rcgen::DnType::CommonName, cn);
         let key = rcgen::KeyPair::generate().unwrap();
         let cert = params.self_signed(&key).unwrap();
-        let mut roots = RootCertStore::empty();
+        let mut roots = rustls::RootCertStore::empty();
         roots.add(cert.der().clone()).unwrap();
-        (rcgen::Issuer::new(params, key), roots)
+        let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+            Arc::new(roots),
+            crate::tls::provider(),
+        )
+        .allow_unauthenticated()
+        .build()
+        .unwrap();
+        (rcgen::Issuer::new(params, key), verifier)
     }
 
     fn leaf(
@@ -231,8 +229,7 @@ mod tests {
             Some(users_roots),
             Some((proxy_roots, vec!["front-proxy-client".to_owned()])),
             HeaderNames::default(),
-        )
-        .unwrap();
+        );
         // (rcgen writes one O per certificate; several are read the same way)
         let alice = leaf(&users_ca, "alice", &["devs"]);
         assert_eq!(
@@ -267,7 +264,7 @@ mod tests {
 
     #[test]
     fn headers_are_rewritten_per_identity() {
-        let auth = Authenticator::new(None, None, HeaderNames::default()).unwrap();
+        let auth = Authenticator::new(None, None, HeaderNames::default());
         let spoofed = || {
             let mut h = HeaderMap::new();
             h.insert("x-remote-user", HeaderValue::from_static("system:admin"));

@@ -56,11 +56,6 @@ pub fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::aws_lc_rs::default_provider())
 }
 
-/// The trust store of a CA file.
-pub fn roots(ca_file: &Path) -> Result<RootCertStore, TlsError> {
-    parse_roots(ca_file, &read(ca_file)?)
-}
-
 /// Reads a file, naming it in the error.
 pub fn read(path: &Path) -> Result<Vec<u8>, TlsError> {
     std::fs::read(path).map_err(|e| file_error(path, e))
@@ -118,34 +113,18 @@ pub fn ca_verifier(
 }
 
 /// The serving config for `--listen` (TLS 1.3 and 1.2, HTTP/2 and HTTP/1.1 by ALPN), with the
-/// certificate `cert` gives for each handshake ([`reload::ServingCert`] for the proxy). Client
-/// certificates signed by one of `client_cas` are asked for, never required.
+/// certificate `cert` gives for each handshake ([`reload::ServingCert`] for the proxy), and
+/// client certificates asked for (never required) when `clients` verifies them.
 pub fn server_config(
     cert: Arc<dyn ResolvesServerCert>,
-    client_cas: &[&Path],
+    clients: Option<Arc<dyn rustls::server::danger::ClientCertVerifier>>,
 ) -> Result<ServerConfig, TlsError> {
     let builder = ServerConfig::builder_with_provider(provider())
         .with_protocol_versions(PROTOCOL_VERSIONS)
         .map_err(|e| TlsError::Config(e.to_string()))?;
-    let builder = if client_cas.is_empty() {
-        builder.with_no_client_auth()
-    } else {
-        let mut roots = RootCertStore::empty();
-        for ca in client_cas {
-            for cert in load_certs(ca)? {
-                roots
-                    .add(cert)
-                    .map_err(|e| file_error(ca, format!("bad CA certificate: {e}")))?;
-            }
-        }
-        let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
-            Arc::new(roots),
-            provider(),
-        )
-        .allow_unauthenticated()
-        .build()
-        .map_err(|e| TlsError::Config(format!("client certificate verifier: {e}")))?;
-        builder.with_client_cert_verifier(verifier)
+    let builder = match clients {
+        Some(verifier) => builder.with_client_cert_verifier(verifier),
+        None => builder.with_no_client_auth(),
     };
     let mut config = builder.with_cert_resolver(cert);
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
@@ -241,12 +220,13 @@ mod tests {
         std::fs::write(&c, cert.pem()).unwrap();
         std::fs::write(&k, key.serialize_pem()).unwrap();
         let serving = reload::ServingCert::load(&c, &k).unwrap();
-        let config = server_config(serving.clone(), &[]).unwrap();
+        let config = server_config(serving.clone(), None).unwrap();
         assert_eq!(
             config.alpn_protocols,
             [b"h2".to_vec(), b"http/1.1".to_vec()]
         );
-        server_config(serving, &[&c]).unwrap();
+        let clients = reload::ClientCaVerifier::load(&[&c]).unwrap();
+        server_config(serving, Some(clients)).unwrap();
         client_config(&c, Some((&c, &k))).unwrap();
         std::fs::remove_dir_all(&dir).unwrap();
     }

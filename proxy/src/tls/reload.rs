@@ -19,7 +19,9 @@
 //!
 //! - [`ServingCert`] is the listener's certificate (`--tls-cert-file`/`--tls-key-file`);
 //! - [`ClientCert`] is the one presented upstream (`--proxy-client-cert-file`/`-key-file`);
-//! - [`CaVerifier`] verifies upstreams against `--peer-ca-file` or `--local-ca-file`.
+//! - [`CaVerifier`] verifies upstreams against `--peer-ca-file` or `--local-ca-file`;
+//! - [`ClientCaVerifier`] verifies clients against `--client-ca-file` and
+//!   `--requestheader-client-ca-file`.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -30,9 +32,12 @@ use arc_swap::ArcSwap;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::client::{ResolvesClientCert, WebPkiServerVerifier};
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
-use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
+use rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
 use rustls::sign::CertifiedKey;
-use rustls::{ClientConfig, DigitallySignedStruct, SignatureScheme};
+use rustls::{
+    ClientConfig, DigitallySignedStruct, DistinguishedName, RootCertStore, SignatureScheme,
+};
 use tokio_util::sync::CancellationToken;
 
 use super::insecure::InsecureVerifier;
@@ -185,6 +190,13 @@ impl Reloader {
         let ca = CaVerifier::load(ca_file)?;
         self.watched.push(ca.clone());
         Ok(ca)
+    }
+
+    /// A verifier of client certificates against `ca_files`, watched.
+    pub fn client_cas(&mut self, ca_files: &[&Path]) -> Result<Arc<ClientCaVerifier>, TlsError> {
+        let v = ClientCaVerifier::load(ca_files)?;
+        self.watched.push(v.clone());
+        Ok(v)
     }
 
     /// The client config for one kind of upstream: verified against `ca_file` (watched), or
@@ -388,6 +400,110 @@ impl ServerCertVerifier for CaVerifier {
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
         self.0.current.load().supported_verify_schemes()
+    }
+}
+
+/// A client-certificate verifier built from CA files (any of them may sign).
+pub struct ClientRoots(Arc<dyn ClientCertVerifier>);
+
+impl fmt::Debug for ClientRoots {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ClientRoots")
+    }
+}
+
+fn client_roots(paths: &[PathBuf], contents: &[Vec<u8>]) -> Result<Arc<ClientRoots>, TlsError> {
+    let mut roots = RootCertStore::empty();
+    for (path, data) in paths.iter().zip(contents) {
+        roots.roots.extend(super::parse_roots(path, data)?.roots);
+    }
+    let first = paths
+        .first()
+        .map(PathBuf::as_path)
+        .unwrap_or(Path::new("client CA"));
+    WebPkiClientVerifier::builder_with_provider(Arc::new(roots), super::provider())
+        .allow_unauthenticated()
+        .build()
+        .map(|v| Arc::new(ClientRoots(v)))
+        .map_err(|e| file_error(first, format!("no usable CA: {e}")))
+}
+
+/// Verifies client certificates against CA files as they are now (`--client-ca-file`,
+/// `--requestheader-client-ca-file`): a certificate is optional, and one signed by a CA
+/// added to the file is accepted from the next handshake on.
+#[derive(Debug)]
+pub struct ClientCaVerifier(Watched<ClientRoots>);
+
+impl ClientCaVerifier {
+    /// Reads the CA files (not watched: [`Reloader::client_cas`] watches them).
+    pub fn load(ca_files: &[&Path]) -> Result<Arc<Self>, TlsError> {
+        Watched::load("client CA", ca_files, client_roots).map(|w| Arc::new(Self(w)))
+    }
+
+    /// The watched CA files.
+    pub fn watched(&self) -> &Watched<ClientRoots> {
+        &self.0
+    }
+}
+
+impl Check for ClientCaVerifier {
+    fn check_and_log(&self) {
+        self.0.check_and_log();
+    }
+}
+
+impl ClientCertVerifier for ClientCaVerifier {
+    fn offer_client_auth(&self) -> bool {
+        true
+    }
+
+    fn client_auth_mandatory(&self) -> bool {
+        false
+    }
+
+    fn root_hint_subjects(&self) -> &[DistinguishedName] {
+        // Hints are optional; the CA set changes underneath, so none are sent.
+        &[]
+    }
+
+    fn verify_client_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        now: UnixTime,
+    ) -> Result<ClientCertVerified, rustls::Error> {
+        self.0
+            .current()
+            .0
+            .verify_client_cert(end_entity, intermediates, now)
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.0
+            .current()
+            .0
+            .verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.0
+            .current()
+            .0
+            .verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.current().0.supported_verify_schemes()
     }
 }
 

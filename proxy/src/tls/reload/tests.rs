@@ -194,3 +194,35 @@ fn client_cert_presents_the_renewed_pair() {
     assert!(matches!(client.watched().check(), Checked::Reloaded));
     assert_eq!(presented(), d2);
 }
+
+#[test]
+fn client_ca_verifier_trusts_clients_of_a_ca_added_to_the_file() {
+    crate::tls::install_provider();
+    let dir = Dir::new("client-ca");
+    let file = dir.file("client-ca.crt");
+    let (old, new) = (ca("old-ca"), ca("new-ca"));
+    std::fs::write(&file, &old.pem).unwrap();
+    let verifier = ClientCaVerifier::load(&[&file]).unwrap();
+    let (_, _, from_new) = leaf(&new, "alice");
+    let (_, _, from_old) = leaf(&old, "bob");
+    let verify = |der: &Vec<u8>| {
+        verifier
+            .verify_client_cert(&CertificateDer::from(der.clone()), &[], UnixTime::now())
+            .is_ok()
+    };
+    assert!(verify(&from_old));
+    assert!(!verify(&from_new), "not trusted yet");
+    assert!(
+        !verifier.client_auth_mandatory(),
+        "a certificate stays optional"
+    );
+
+    // the operator adds the new CA to the bundle
+    std::fs::write(&file, format!("{}{}", old.pem, new.pem)).unwrap();
+    assert!(matches!(verifier.watched().check(), Checked::Reloaded));
+    assert!(verify(&from_new) && verify(&from_old));
+    // a broken bundle keeps the last good one
+    std::fs::write(&file, "not a certificate").unwrap();
+    assert!(matches!(verifier.watched().check(), Checked::Kept(_)));
+    assert!(verify(&from_new));
+}
