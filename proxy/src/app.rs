@@ -55,16 +55,6 @@ impl Running {
         self.shutdown.cancel();
         let _ = self.tasks.await;
     }
-
-    /// A token that stops this instance when cancelled.
-    pub fn shutdown_token(&self) -> CancellationToken {
-        self.shutdown.clone()
-    }
-
-    /// Waits until the instance has stopped.
-    pub async fn stopped(self) {
-        let _ = self.tasks.await;
-    }
 }
 
 /// The API server a kubeconfig's current context names, as an upstream.

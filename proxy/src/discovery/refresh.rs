@@ -82,8 +82,6 @@ pub struct Cache {
     /// Every member's wake-up, readable without the state lock (a miss is on the request path).
     wakes: ArcSwap<Vec<Arc<Notify>>>,
     new_upstream: UpstreamFactory,
-    /// Signalled after every publish.
-    published: Notify,
     metrics: Arc<Metrics>,
     settings: RefreshSettings,
 }
@@ -128,7 +126,6 @@ impl Cache {
             state: Mutex::new(state),
             wakes: ArcSwap::from_pointee(wakes),
             new_upstream,
-            published: Notify::new(),
             metrics,
             settings,
         })
@@ -372,7 +369,6 @@ impl Cache {
     fn publish(&self, state: &State) {
         self.wakes.store(Arc::new(wakes(state)));
         self.snapshot.store(Arc::new(build(state)));
-        self.published.notify_waiters();
     }
 }
 
