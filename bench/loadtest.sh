@@ -9,6 +9,9 @@
 # cluster) and a static Deployment list. Reports requests/s and latency, and mvproxy's ratio
 # to nginx measured in this same run: the machine is shared and noisy, so only the ratio means
 # anything. Needs ../shared/fixtures (the project workspace); installs nginx and wrk if missing.
+# MVPROXY_ENV prefixes mvproxy's command line, e.g. MVPROXY_ENV="env TOKIO_WORKER_THREADS=1".
+# The nginx reference runs proxy and upstream in one worker process; mvproxy's run has one more
+# process competing for the two cores, which shows in the tail latency.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DURATION=${DURATION:-10s}
@@ -54,7 +57,7 @@ http {
 }
 CONF
 nginx -c "$work/nginx.conf" -g 'daemon off;' & pids+=($!)
-target/release/mvproxy serve --local "http://$UP" --listen "$MVP" --admin-listen "$ADMIN" --log-format json 2>"$work/logs/mvproxy.log" & pids+=($!)
+${MVPROXY_ENV:-} target/release/mvproxy serve --local "http://$UP" --listen "$MVP" --admin-listen "$ADMIN" --log-format json 2>"$work/logs/mvproxy.log" & pids+=($!)
 for _ in $(seq 100); do curl -sf "http://$ADMIN/readyz" >/dev/null 2>&1 && break; sleep 0.1; done
 
 path=/apis/apps/v1/namespaces/default/deployments
