@@ -8,19 +8,19 @@
 //! the bottom renders both and compares them with the real documents, so the table cannot
 //! drift from upstream unnoticed.
 //!
-//! The core group (`/api`) is the stand-in's own table ([`crate::standin::core_group`]), which
-//! both releases serve alike; it is not duplicated here.
+//! The core group (`/api`) is the stand-in's own table ([`mvproxy_standin::core_group`]), which
+//! both releases serve alike; it is not duplicated here, only converted to mvproxy's types.
 
 mod table;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::classify::Gvr;
-use crate::discovery::types::{
+use mvproxy::classify::Gvr;
+use mvproxy::discovery::types::{
     ApiGroupDiscovery, ApiGroupDiscoveryList, ApiResourceDiscovery, ApiSubresourceDiscovery,
     ApiVersionDiscovery, GroupVersionKind, ObjectMeta,
 };
-use crate::standin::core_group;
+use mvproxy_standin as standin;
 
 /// A Kubernetes release the demo's API servers pretend to be.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -185,6 +185,53 @@ pub fn surface(release: Release) -> BTreeSet<Gvr> {
         .collect()
 }
 
+/// The stand-in's core group in mvproxy's types. The stand-in shares no code with mvproxy, so
+/// its documents have types of their own; both read the same wire format.
+fn core_group() -> ApiGroupDiscovery {
+    let core = standin::core_group();
+    let gvk = |k: &standin::GroupVersionKind| GroupVersionKind {
+        group: k.group.clone(),
+        kind: k.kind.clone(),
+        version: k.version.clone(),
+    };
+    ApiGroupDiscovery {
+        metadata: ObjectMeta {
+            name: core.metadata.name.clone(),
+        },
+        versions: core
+            .versions
+            .iter()
+            .map(|v| ApiVersionDiscovery {
+                freshness: v.freshness.clone(),
+                resources: v
+                    .resources
+                    .iter()
+                    .map(|r| ApiResourceDiscovery {
+                        categories: r.categories.clone(),
+                        resource: r.resource.clone(),
+                        response_kind: r.response_kind.as_ref().map(gvk),
+                        scope: r.scope.clone(),
+                        short_names: r.short_names.clone(),
+                        singular_resource: r.singular_resource.clone(),
+                        subresources: r
+                            .subresources
+                            .iter()
+                            .map(|s| ApiSubresourceDiscovery {
+                                accepted_types: s.accepted_types.iter().map(gvk).collect(),
+                                response_kind: s.response_kind.as_ref().map(gvk),
+                                subresource: s.subresource.clone(),
+                                verbs: s.verbs.clone(),
+                            })
+                            .collect(),
+                        verbs: r.verbs.clone(),
+                    })
+                    .collect(),
+                version: v.version.clone(),
+            })
+            .collect(),
+    }
+}
+
 /// A resource of either release, as a client needs it to build requests.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ApiResource {
@@ -307,7 +354,7 @@ mod tests {
     /// The real document of a release, from `fixtures/discovery/` (see its README).
     fn fixture(release: Release) -> ApiGroupDiscoveryList {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(format!(
-            "../fixtures/discovery/kube-apiserver-{}-dev/aggregated_v2.json",
+            "../../fixtures/discovery/kube-apiserver-{}-dev/aggregated_v2.json",
             release.version()
         ));
         let text = std::fs::read_to_string(&path)

@@ -26,6 +26,7 @@
 
 mod catalog;
 mod core_v1;
+mod discovery;
 mod documents;
 mod handler;
 mod input;
@@ -46,10 +47,12 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
-use crate::discovery::types::ApiGroupDiscoveryList;
-
 use catalog::Catalog;
 pub use core_v1::core_group;
+pub use discovery::{
+    ApiGroupDiscovery, ApiGroupDiscoveryList, ApiResourceDiscovery, ApiSubresourceDiscovery,
+    ApiVersionDiscovery, GroupVersionKind, ObjectMeta,
+};
 use documents::Documents;
 use store::Store;
 

@@ -184,7 +184,7 @@ pub fn parse(text: &str) -> Scrape {
     s
 }
 
-/// `group/version/resource`, or `version/resource` for core: as [`crate::classify::Gvr`]
+/// `group/version/resource`, or `version/resource` for core: as [`mvproxy::classify::Gvr`]
 /// displays it.
 fn gvr(group: &str, version: &str, resource: &str) -> String {
     if group.is_empty() {

@@ -21,8 +21,8 @@ use hyper_util::rt::TokioExecutor;
 use super::catalog::ApiResource;
 use super::plan::NODES;
 use super::workload::{Request, Verb};
-use crate::discovery::types::CONTENT_TYPE_V2;
-use crate::standin::SERVER_HEADER;
+use mvproxy::discovery::types::CONTENT_TYPE_V2;
+use mvproxy_standin::SERVER_HEADER;
 
 /// Longest a request may take, headers and body.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);

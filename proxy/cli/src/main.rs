@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use mvproxy::config::{EXIT_CONFIG, LogFormat, ServeArgs};
-use mvproxy::demo::DemoArgs;
+use mvproxy_demo::DemoArgs;
 
 /// A version-aware proxy for Kubernetes API servers during mixed-version upgrades.
 #[derive(Parser)]
@@ -99,7 +99,7 @@ fn main() -> ExitCode {
                             return ExitCode::from(EXIT_CONFIG as u8);
                         }
                     };
-                    mvproxy::demo::run(*args).await
+                    mvproxy_demo::run(*args).await
                 }),
                 Err(e) => {
                     eprintln!("mvproxy: cannot start the runtime: {e}");

@@ -3,7 +3,7 @@
 //! Why it exists: the question an operator brings to mvproxy is "what will my clients see
 //! while I upgrade?", and the answer should not need a cluster. So the demo runs the whole
 //! story in one process on loopback sockets: three stand-in API servers on Kubernetes 1.31's
-//! API surface, a real mvproxy in front of each (started by [`crate::app::start`], so the
+//! API surface, a real mvproxy in front of each (started by [`mvproxy::app::start`], so the
 //! request path, metrics and traces are production's), a client workload spread over the
 //! three proxies as a load balancer would, and then each node in turn drained, stopped and
 //! restarted on 1.34's surface. It ends with a report of what the clients met, checked
@@ -36,8 +36,8 @@ use std::time::{Duration, Instant};
 use clap::{Args, ValueEnum};
 use tokio_util::sync::CancellationToken;
 
-use crate::config::ConfigError;
 use catalog::Release;
+use mvproxy::config::ConfigError;
 use plan::{SegmentKind, Surfaces, node_name};
 use report::{Inputs, NodeInfo};
 use stack::Stack;
@@ -346,7 +346,7 @@ async fn keep_running(stack: &Stack, interrupt: &CancellationToken) {
 
 /// Cancels `interrupt` on Ctrl-C or SIGTERM.
 async fn watch_signals(interrupt: CancellationToken) {
-    crate::app::shutdown_signal().await;
+    mvproxy::app::shutdown_signal().await;
     interrupt.cancel();
 }
 

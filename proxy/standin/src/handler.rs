@@ -13,7 +13,7 @@ use hyper::body::Incoming;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::discovery::types::{ApiResourceDiscovery, ApiSubresourceDiscovery};
+use crate::discovery::{ApiResourceDiscovery, ApiSubresourceDiscovery};
 
 use super::catalog::Target;
 use super::input::{apply_field_selector, is_watch, query_param, read_json};

@@ -24,15 +24,16 @@
 //! [`config`] turns flags and YAML into a validated [`config::Config`]; [`app`] starts
 //! everything from it. [`limits`] bounds what one client can make the proxy hold (request
 //! heads and bodies, connections, discovery documents); [`tls`] builds the TLS configs from
-//! files and reloads them when they change. [`standin`] is a stand-in API server for tests
-//! and the demo, and [`demo`] is `mvproxy demo` (a rolling upgrade rehearsed in one
-//! process); the request path never uses either.
+//! files and reloads them when they change.
+//!
+//! The stand-in API server (`mvproxy-standin`, which shares no code with this crate) and
+//! `mvproxy demo` (`mvproxy-demo`, which uses both) are crates of their own: nothing here can
+//! reach them. The `mvproxy` binary (`proxy/cli`) parses flags and runs [`app`].
 
 pub mod admin;
 pub mod app;
 pub mod classify;
 pub mod config;
-pub mod demo;
 pub mod discovery;
 pub mod error;
 pub mod forward;
@@ -43,5 +44,4 @@ pub mod peers;
 pub mod route;
 pub mod server;
 pub mod spans;
-pub mod standin;
 pub mod tls;

@@ -6,30 +6,17 @@
 //! v2 body is the caller's bytes, untouched, so byte-level passthrough can be tested.
 
 use bytes::Bytes;
-use http::{HeaderMap, HeaderValue, Response, StatusCode, header::ACCEPT};
+use http::{HeaderMap, Response, StatusCode, header::ACCEPT};
 use serde::Serialize;
 
-use crate::discovery::legacy::{api_group, group_list, resource_list};
-use crate::discovery::types::{
-    AGGREGATED_GROUP, AGGREGATED_KIND, ApiGroupDiscovery, ApiGroupDiscoveryList, ApiVersions,
-    CONTENT_TYPE_V2, CONTENT_TYPE_V2BETA1, ListMeta,
-};
-
 use super::catalog::Catalog;
+use super::discovery::{
+    ApiGroupDiscovery, ApiGroupDiscoveryList, CONTENT_TYPE_V2, CONTENT_TYPE_V2BETA1, Format,
+    api_group, api_versions, group_list, negotiate, resource_list,
+};
 use super::respond::{self, Body, Status};
-use crate::discovery::negotiate::DiscoveryFormat;
 
 const JSON: &str = "application/json";
-
-/// The discovery format a request negotiated.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Format {
-    V2,
-    V2Beta1,
-    Legacy,
-    /// Nothing in `Accept` is JSON this server can render.
-    NotAcceptable,
-}
 
 /// `/api` and `/apis` in every form, rendered once at start.
 #[derive(Debug)]
@@ -54,19 +41,7 @@ impl Documents {
         addr: std::net::SocketAddr,
     ) -> Self {
         let core = std::slice::from_ref(catalog.core());
-        let versions = ApiVersions {
-            kind: "APIVersions".to_owned(),
-            versions: catalog
-                .core()
-                .versions
-                .iter()
-                .map(|v| v.version.clone())
-                .collect(),
-            server_address_by_client_cidrs: vec![serde_json::json!({
-                "clientCIDR": "0.0.0.0/0",
-                "serverAddress": addr.to_string(),
-            })],
-        };
+        let versions = api_versions(catalog.core(), addr);
         Self {
             legacy_only,
             api_v2: encode(&aggregated(core, "v2")),
@@ -126,25 +101,8 @@ pub(super) fn resources(catalog: &Catalog, group: &str, version: &str) -> Option
     Some(respond::json(StatusCode::OK, &resource_list(group, served)))
 }
 
-/// Reads `Accept` as kube-apiserver does (mvproxy's own negotiation: the first acceptable
-/// media range wins). `profile=nopeer` is accepted and changes nothing, since a single server
-/// has no peers to leave out.
-pub(super) fn negotiate(accept: Option<&HeaderValue>) -> Format {
-    match crate::discovery::negotiate::negotiate(accept) {
-        DiscoveryFormat::AggregatedV2 { .. } => Format::V2,
-        DiscoveryFormat::AggregatedV2Beta1 => Format::V2Beta1,
-        DiscoveryFormat::Legacy => Format::Legacy,
-        DiscoveryFormat::Unsupported => Format::NotAcceptable,
-    }
-}
-
 fn aggregated(groups: &[ApiGroupDiscovery], version: &str) -> ApiGroupDiscoveryList {
-    ApiGroupDiscoveryList {
-        api_version: format!("{AGGREGATED_GROUP}/{version}"),
-        items: groups.to_vec(),
-        kind: AGGREGATED_KIND.to_owned(),
-        metadata: ListMeta::default(),
-    }
+    ApiGroupDiscoveryList::new(version, groups.to_vec())
 }
 
 /// Discovery types always encode; an empty body would show up in any test that looked.

@@ -4,7 +4,7 @@
 //! resources mvproxy's tests and the demo touch, with the kinds, verbs, short names,
 //! singular names, categories and subresources of upstream's `api/discovery/api__v1.json`.
 
-use crate::discovery::types::{
+use crate::discovery::{
     ApiGroupDiscovery, ApiResourceDiscovery, ApiSubresourceDiscovery, ApiVersionDiscovery,
     GroupVersionKind, ObjectMeta,
 };

@@ -17,7 +17,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::catalog::{self, Release};
-use crate::classify::Gvr;
+use mvproxy::classify::Gvr;
 
 /// Number of control-plane nodes.
 pub const NODES: usize = 3;

@@ -2,8 +2,9 @@
 
 use serde_json::Value;
 
-use crate::discovery::legacy::group_version;
-use crate::discovery::types::{ApiGroupDiscovery, ApiResourceDiscovery, ApiVersionDiscovery};
+use crate::discovery::{
+    ApiGroupDiscovery, ApiResourceDiscovery, ApiVersionDiscovery, group_version,
+};
 
 /// The core group plus the `/apis` groups, in the order the document lists them.
 #[derive(Debug)]

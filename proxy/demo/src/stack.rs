@@ -18,10 +18,10 @@ use super::DemoError;
 use super::catalog::{self, Release};
 use super::plan::{ClusterState, NODES, NodeState, Surfaces, node_name};
 use super::workload::{NAMESPACE, SEEDED, api_version, seeded_name};
-use crate::app;
-use crate::classify::Gvr;
-use crate::config::ServeArgs;
-use crate::standin::{self, StandIn};
+use mvproxy::app;
+use mvproxy::classify::Gvr;
+use mvproxy::config::ServeArgs;
+use mvproxy_standin::{self as standin, StandIn};
 
 /// Longest wait for every proxy to see a change.
 const CONVERGE_TIMEOUT: Duration = Duration::from_secs(20);
