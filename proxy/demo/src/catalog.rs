@@ -235,9 +235,13 @@ fn core_group() -> ApiGroupDiscovery {
 /// A resource of either release, as a client needs it to build requests.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ApiResource {
+    /// Group, version and resource.
     pub gvr: Gvr,
+    /// The kind of its objects.
     pub kind: String,
+    /// Whether its objects live in a namespace.
     pub namespaced: bool,
+    /// The verbs its discovery lists.
     pub verbs: Vec<String>,
     /// Served by 1.31.
     pub old: bool,

@@ -25,7 +25,7 @@ use mvproxy::discovery::types::CONTENT_TYPE_V2;
 use mvproxy_standin::SERVER_HEADER;
 
 /// Longest a request may take, headers and body.
-pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// Longest a watch is read for its first event before the client leaves.
 const WATCH_FIRST_EVENT: Duration = Duration::from_secs(1);
 /// Largest body read for a scrape (one proxy's metrics are a few tens of kB).
@@ -34,7 +34,7 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Why a request got no answer.
 #[derive(Debug, thiserror::Error)]
-pub enum ClientError {
+pub(crate) enum ClientError {
     #[error("building the request: {0}")]
     Build(#[from] http::Error),
     #[error("{0}")]
@@ -51,22 +51,22 @@ pub enum ClientError {
 
 /// What came back.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Answer {
-    pub status: u16,
+pub(crate) struct Answer {
+    pub(crate) status: u16,
     /// The stand-in that answered (`x-standin-server`), if one did.
-    pub answered_by: Option<String>,
+    pub(crate) answered_by: Option<String>,
     /// To the end of the body; to the response headers for a watch.
-    pub latency: Duration,
+    pub(crate) latency: Duration,
 }
 
 /// A pooled client for the proxies, with each proxy's last discovery `ETag`.
-pub struct Client {
+pub(crate) struct Client {
     http: HyperClient<HttpConnector, Full<Bytes>>,
     etags: Mutex<[Option<HeaderValue>; NODES]>,
 }
 
 impl Client {
-    pub fn new() -> Arc<Self> {
+    pub(crate) fn new() -> Arc<Self> {
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
         connector.set_connect_timeout(Some(CONNECT_TIMEOUT));
@@ -80,7 +80,7 @@ impl Client {
     }
 
     /// Sends `req` to the proxy at `base` (`http://127.0.0.1:PORT`).
-    pub async fn send(
+    pub(crate) async fn send(
         &self,
         base: &str,
         req: &Request,
@@ -146,7 +146,7 @@ impl Client {
     }
 
     /// `GET url` as text, for `/metrics` and `/debug/discovery`; a non-200 is an error.
-    pub async fn get_text(&self, url: &str) -> Result<String, ClientError> {
+    pub(crate) async fn get_text(&self, url: &str) -> Result<String, ClientError> {
         let request = HttpRequest::get(url)
             .header(USER_AGENT, "mvproxy-demo")
             .body(Full::new(Bytes::new()))?;

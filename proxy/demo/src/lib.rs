@@ -19,14 +19,16 @@
 //! The demo never reads anything outside the binary (no fixtures, no network beyond
 //! loopback), so it works from a fresh clone.
 
+#![warn(missing_docs, unreachable_pub)]
+
 pub mod catalog;
-pub mod client;
-pub mod metrics;
-pub mod plan;
-pub mod report;
-pub mod run;
-pub mod stack;
-pub mod workload;
+mod client;
+mod metrics;
+mod plan;
+mod report;
+mod run;
+mod stack;
+mod workload;
 
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -83,13 +85,15 @@ pub struct DemoArgs {
 /// How the report is written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum ReportFormat {
+    /// For people: phases, what clients met, the reconciliation.
     Text,
+    /// For tools: the schema in `report.schema.json`.
     Json,
 }
 
 /// Why the demo could not run (or finish) its rehearsal.
 #[derive(Debug, thiserror::Error)]
-pub enum DemoError {
+pub(crate) enum DemoError {
     #[error("{0}")]
     Config(#[from] ConfigError),
     #[error("starting {node}: {cause}")]

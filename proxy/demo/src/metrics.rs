@@ -13,37 +13,37 @@ use super::client::{Client, ClientError};
 
 /// The families the report uses, summed over the proxies scraped.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Scrape {
+pub(crate) struct Scrape {
     /// `mvproxy_rerouted_request_total`, by GVR (`group/version/resource`, core `v1/…`),
     /// summed over `code`; the discovery fetches the family also counts are left out.
-    pub rerouted: BTreeMap<String, u64>,
+    pub(crate) rerouted: BTreeMap<String, u64>,
     /// `mvproxy_rerouted_request_total`, by `code`.
-    pub rerouted_by_code: BTreeMap<u16, u64>,
+    pub(crate) rerouted_by_code: BTreeMap<u16, u64>,
     /// `mvproxy_requests_total{route="peer",peer=""}`: requests only peers serve, answered
     /// `503` by mvproxy because every one of those peers was down.
-    pub peers_down: u64,
+    pub(crate) peers_down: u64,
     /// `mvproxy_discovery_cache_lookups_total{result="hit"}`.
-    pub lookup_hits: u64,
+    pub(crate) lookup_hits: u64,
     /// `mvproxy_discovery_cache_lookups_total{result="miss"}`.
-    pub lookup_misses: u64,
+    pub(crate) lookup_misses: u64,
     /// `mvproxy_discovery_merges_total{result="hit"}`: a cached merge served.
-    pub merges_cached: u64,
+    pub(crate) merges_cached: u64,
     /// `mvproxy_discovery_merges_total{result="miss"}`: a merge built.
-    pub merges_built: u64,
+    pub(crate) merges_built: u64,
     /// `mvproxy_discovery_merge_duration_seconds`: `(le, cumulative count)`.
-    pub merge_buckets: Vec<(f64, u64)>,
-    pub merge_seconds: f64,
-    pub merge_count: u64,
+    pub(crate) merge_buckets: Vec<(f64, u64)>,
+    pub(crate) merge_seconds: f64,
+    pub(crate) merge_count: u64,
 }
 
 impl Scrape {
     /// Sum of all reroutes.
-    pub fn rerouted_total(&self) -> u64 {
+    pub(crate) fn rerouted_total(&self) -> u64 {
         self.rerouted.values().sum()
     }
 
     /// Adds another proxy's numbers.
-    pub fn add(&mut self, other: &Scrape) {
+    pub(crate) fn add(&mut self, other: &Scrape) {
         for (k, v) in &other.rerouted {
             *self.rerouted.entry(k.clone()).or_default() += v;
         }
@@ -61,7 +61,7 @@ impl Scrape {
     }
 
     /// What happened between `earlier` and `self` (counters only grow while proxies run).
-    pub fn since(&self, earlier: &Scrape) -> Scrape {
+    pub(crate) fn since(&self, earlier: &Scrape) -> Scrape {
         let minus = |a: &BTreeMap<String, u64>, b: &BTreeMap<String, u64>| {
             a.iter()
                 .map(|(k, v)| (k.clone(), v.saturating_sub(b.get(k).copied().unwrap_or(0))))
@@ -102,7 +102,7 @@ impl Scrape {
     }
 
     /// The upper bound of the bucket holding the `q` quantile of merge durations, if any.
-    pub fn merge_quantile_le(&self, q: f64) -> Option<f64> {
+    pub(crate) fn merge_quantile_le(&self, q: f64) -> Option<f64> {
         if self.merge_count == 0 {
             return None;
         }
@@ -125,13 +125,13 @@ fn add_buckets(into: &mut Vec<(f64, u64)>, from: &[(f64, u64)]) {
 }
 
 /// Scrapes one proxy's admin listener (`http://127.0.0.1:PORT`).
-pub async fn scrape(client: &Client, admin: &str) -> Result<Scrape, ClientError> {
+pub(crate) async fn scrape(client: &Client, admin: &str) -> Result<Scrape, ClientError> {
     let text = client.get_text(&format!("{admin}/metrics")).await?;
     Ok(parse(&text))
 }
 
 /// Reads the Prometheus text exposition; lines it does not need are skipped.
-pub fn parse(text: &str) -> Scrape {
+pub(crate) fn parse(text: &str) -> Scrape {
     let mut s = Scrape::default();
     for line in text.lines() {
         let Some(sample) = Sample::parse(line) else {
@@ -273,7 +273,10 @@ fn parse_labels(mut s: &str) -> Option<(Vec<(&str, String)>, &str)> {
 }
 
 /// `/debug/discovery`'s skew: each GVR not served by every server, with the servers.
-pub async fn skew(client: &Client, admin: &str) -> Result<Vec<(String, Vec<String>)>, ClientError> {
+pub(crate) async fn skew(
+    client: &Client,
+    admin: &str,
+) -> Result<Vec<(String, Vec<String>)>, ClientError> {
     #[derive(Deserialize)]
     struct Debug {
         #[serde(default)]

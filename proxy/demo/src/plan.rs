@@ -20,36 +20,36 @@ use super::catalog::{self, Release};
 use mvproxy::classify::Gvr;
 
 /// Number of control-plane nodes.
-pub const NODES: usize = 3;
+pub(crate) const NODES: usize = 3;
 
 /// Share of an upgrade phase spent with the node down (the rest: back on the new release).
 const RESTART_SHARE: f64 = 0.4;
 
 /// `apiserver-1` … `apiserver-3`.
-pub fn node_name(node: usize) -> String {
+pub(crate) fn node_name(node: usize) -> String {
     format!("apiserver-{}", node + 1)
 }
 
 /// One node as a segment sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct NodeState {
+pub(crate) struct NodeState {
     /// The release it runs, or last ran while it is down.
-    pub release: Release,
+    pub(crate) release: Release,
     /// Serving and in the load balancer's rotation. A node that is down is also out of
     /// rotation, as kube-apiserver's failing `/readyz` takes it out of a real one.
-    pub up: bool,
+    pub(crate) up: bool,
 }
 
 /// Every node's state during one segment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ClusterState {
-    pub nodes: [NodeState; NODES],
+pub(crate) struct ClusterState {
+    pub(crate) nodes: [NodeState; NODES],
 }
 
 /// Where a request must end up, judged from the servers' discovery documents.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Expect {
+pub(crate) enum Expect {
     /// The picked server serves the GVR.
     Local,
     /// The picked server lacks the GVR and an up server serves it: without mvproxy a false
@@ -66,20 +66,20 @@ pub enum Expect {
 
 impl Expect {
     /// Whether, without mvproxy, the client would have got a false 404.
-    pub fn false_404(self) -> bool {
+    pub(crate) fn false_404(self) -> bool {
         matches!(self, Self::Reroute | Self::PeersDown)
     }
 }
 
 /// The surfaces of both releases, from the rendered discovery documents.
 #[derive(Debug, Clone)]
-pub struct Surfaces {
+pub(crate) struct Surfaces {
     old: BTreeSet<Gvr>,
     new: BTreeSet<Gvr>,
 }
 
 impl Surfaces {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self {
             old: catalog::surface(Release::Old),
             new: catalog::surface(Release::New),
@@ -87,7 +87,7 @@ impl Surfaces {
     }
 
     /// Whether a server of `release` lists `gvr` in its discovery.
-    pub fn serves(&self, release: Release, gvr: &Gvr) -> bool {
+    pub(crate) fn serves(&self, release: Release, gvr: &Gvr) -> bool {
         match release {
             Release::Old => self.old.contains(gvr),
             Release::New => self.new.contains(gvr),
@@ -109,13 +109,13 @@ impl ClusterState {
     }
 
     /// The nodes in the load balancer's rotation.
-    pub fn in_rotation(&self) -> Vec<usize> {
+    pub(crate) fn in_rotation(&self) -> Vec<usize> {
         (0..NODES).filter(|&n| self.nodes[n].up).collect()
     }
 
     /// What a request for `gvr` that the load balancer sent to `picked` must meet: checked
     /// against the discovery of the picked server, then of the others.
-    pub fn expect(&self, surfaces: &Surfaces, picked: usize, gvr: &Gvr) -> Expect {
+    pub(crate) fn expect(&self, surfaces: &Surfaces, picked: usize, gvr: &Gvr) -> Expect {
         if surfaces.serves(self.nodes[picked].release, gvr) {
             return Expect::Local;
         }
@@ -134,13 +134,13 @@ impl ClusterState {
     }
 
     /// Whether the GVR is served by some node (up, or down with a last-known surface).
-    pub fn served(&self, surfaces: &Surfaces, gvr: &Gvr) -> bool {
+    pub(crate) fn served(&self, surfaces: &Surfaces, gvr: &Gvr) -> bool {
         self.nodes.iter().any(|s| surfaces.serves(s.release, gvr))
     }
 
     /// GVRs served by some nodes and not by others, with the nodes that serve each: what
     /// `/debug/discovery` calls the skew.
-    pub fn skew(&self, surfaces: &Surfaces) -> Vec<(Gvr, Vec<usize>)> {
+    pub(crate) fn skew(&self, surfaces: &Surfaces) -> Vec<(Gvr, Vec<usize>)> {
         let all: BTreeSet<&Gvr> = surfaces.old.union(&surfaces.new).collect();
         all.into_iter()
             .filter_map(|gvr| {
@@ -153,13 +153,13 @@ impl ClusterState {
     }
 
     /// Whether both releases are serving at once.
-    pub fn mixed(&self) -> bool {
+    pub(crate) fn mixed(&self) -> bool {
         let up = || self.nodes.iter().filter(|s| s.up);
         up().any(|s| s.release == Release::Old) && up().any(|s| s.release == Release::New)
     }
 
     /// `1.34 1.31 (1.31, down)`-style summary.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         self.nodes
             .iter()
             .map(|s| {
@@ -177,7 +177,7 @@ impl ClusterState {
 /// What happens during a segment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum SegmentKind {
+pub(crate) enum SegmentKind {
     /// Every node serving.
     Steady,
     /// One node out of rotation, its API server stopped, to be restarted on the new release.
@@ -186,24 +186,24 @@ pub enum SegmentKind {
 
 /// One segment of a phase.
 #[derive(Debug, Clone)]
-pub struct Segment {
-    pub kind: SegmentKind,
-    pub state: ClusterState,
-    pub duration: Duration,
+pub(crate) struct Segment {
+    pub(crate) kind: SegmentKind,
+    pub(crate) state: ClusterState,
+    pub(crate) duration: Duration,
 }
 
 /// One phase of the rehearsal.
 #[derive(Debug, Clone)]
-pub struct Phase {
+pub(crate) struct Phase {
     /// `all-old`, `node-1`, …, `all-new`.
-    pub name: String,
+    pub(crate) name: String,
     /// A line for people.
-    pub title: String,
-    pub segments: Vec<Segment>,
+    pub(crate) title: String,
+    pub(crate) segments: Vec<Segment>,
 }
 
 /// The five phases, `total` split evenly between them.
-pub fn phases(total: Duration) -> Vec<Phase> {
+pub(crate) fn phases(total: Duration) -> Vec<Phase> {
     let each = total / 5;
     let restart = each.mul_f64(RESTART_SHARE);
     let steady = each.saturating_sub(restart);

@@ -29,211 +29,212 @@ use super::plan::{Expect, NODES, Phase, SegmentKind, Surfaces, node_name};
 use super::run::{Record, SegmentRun};
 use super::workload::{Verb, Workload};
 
-/// The JSON schema of [`Report`].
-pub const SCHEMA: &str = include_str!("report.schema.json");
+/// The JSON schema of [`Report`] (`tests/demo.rs` checks real reports against the file).
+#[cfg(test)]
+const SCHEMA: &str = include_str!("report.schema.json");
 /// The `format` field of every report.
-pub const FORMAT: &str = "mvproxy-demo-report/v1";
+pub(crate) const FORMAT: &str = "mvproxy-demo-report/v1";
 
 /// The whole report.
 #[derive(Debug, Clone, Serialize)]
-pub struct Report {
-    pub format: &'static str,
-    pub mvproxy_version: &'static str,
-    pub releases: Releases,
-    pub nodes: Vec<NodeInfo>,
-    pub workload: WorkloadInfo,
+pub(crate) struct Report {
+    pub(crate) format: &'static str,
+    pub(crate) mvproxy_version: &'static str,
+    pub(crate) releases: Releases,
+    pub(crate) nodes: Vec<NodeInfo>,
+    pub(crate) workload: WorkloadInfo,
     /// Ctrl-C cut the run short: the numbers cover what ran.
-    pub interrupted: bool,
-    pub wall_seconds: f64,
+    pub(crate) interrupted: bool,
+    pub(crate) wall_seconds: f64,
     /// Time spent between segments, bringing nodes to the next state (not traffic time).
-    pub settle_seconds: f64,
-    pub phases: Vec<PhaseReport>,
-    pub total: Counts,
-    pub skew: Vec<SkewRow>,
+    pub(crate) settle_seconds: f64,
+    pub(crate) phases: Vec<PhaseReport>,
+    pub(crate) total: Counts,
+    pub(crate) skew: Vec<SkewRow>,
     /// Every check of every segment, phase and the total held.
-    pub reconciled: bool,
+    pub(crate) reconciled: bool,
 }
 
 #[derive(Debug, Clone, Serialize)]
-pub struct Releases {
-    pub old: &'static str,
-    pub new: &'static str,
+pub(crate) struct Releases {
+    pub(crate) old: &'static str,
+    pub(crate) new: &'static str,
 }
 
 #[derive(Debug, Clone, Serialize)]
-pub struct NodeInfo {
-    pub name: String,
+pub(crate) struct NodeInfo {
+    pub(crate) name: String,
     /// The proxy listener clients use.
-    pub proxy: String,
+    pub(crate) proxy: String,
     /// `/metrics`, `/readyz`, `/debug/discovery`.
-    pub admin: String,
+    pub(crate) admin: String,
 }
 
 #[derive(Debug, Clone, Serialize)]
-pub struct WorkloadInfo {
-    pub seed: u64,
-    pub rate: u32,
-    pub duration_seconds: f64,
-    pub planned: u64,
+pub(crate) struct WorkloadInfo {
+    pub(crate) seed: u64,
+    pub(crate) rate: u32,
+    pub(crate) duration_seconds: f64,
+    pub(crate) planned: u64,
     /// Fingerprint of the request sequence (see `--plan-only`).
-    pub digest: String,
+    pub(crate) digest: String,
 }
 
 #[derive(Debug, Clone, Serialize)]
-pub struct PhaseReport {
-    pub name: String,
-    pub title: String,
+pub(crate) struct PhaseReport {
+    pub(crate) name: String,
+    pub(crate) title: String,
     /// Each node's release at the end of the phase.
-    pub nodes: Vec<String>,
+    pub(crate) nodes: Vec<String>,
     /// Both releases served at some point of the phase.
-    pub mixed: bool,
-    pub segments: Vec<SegmentReport>,
-    pub counts: Counts,
+    pub(crate) mixed: bool,
+    pub(crate) segments: Vec<SegmentReport>,
+    pub(crate) counts: Counts,
 }
 
 #[derive(Debug, Clone, Serialize)]
-pub struct SegmentReport {
-    pub kind: SegmentKind,
+pub(crate) struct SegmentReport {
+    pub(crate) kind: SegmentKind,
     /// Each node's release, or `down`.
-    pub nodes: Vec<String>,
-    pub traffic_seconds: f64,
-    pub settle_seconds: f64,
-    pub interrupted: bool,
-    pub counts: Counts,
+    pub(crate) nodes: Vec<String>,
+    pub(crate) traffic_seconds: f64,
+    pub(crate) settle_seconds: f64,
+    pub(crate) interrupted: bool,
+    pub(crate) counts: Counts,
 }
 
 /// Numbers for a segment, a phase or the whole run.
 #[derive(Debug, Clone, Default, Serialize)]
-pub struct Counts {
-    pub planned: u64,
-    pub sent: u64,
-    pub answered: u64,
+pub(crate) struct Counts {
+    pub(crate) planned: u64,
+    pub(crate) sent: u64,
+    pub(crate) answered: u64,
     /// Sent and never answered (timeouts, connection errors).
-    pub lost: u64,
+    pub(crate) lost: u64,
     /// Answered by the picked node's own API server.
-    pub served_locally: u64,
+    pub(crate) served_locally: u64,
     /// Answered by another node's API server: mvproxy forwarded it.
-    pub rerouted: u64,
+    pub(crate) rerouted: u64,
     /// By the GVR's group (`core` for the core group).
-    pub rerouted_by_group: BTreeMap<String, u64>,
+    pub(crate) rerouted_by_group: BTreeMap<String, u64>,
     /// By GVR (`group/version/resource`, core `v1/…`).
-    pub rerouted_by_gvr: BTreeMap<String, u64>,
+    pub(crate) rerouted_by_gvr: BTreeMap<String, u64>,
     /// By the node whose API server answered.
-    pub rerouted_by_peer: BTreeMap<String, u64>,
+    pub(crate) rerouted_by_peer: BTreeMap<String, u64>,
     /// Answered by mvproxy itself: merged discovery, `503`s.
-    pub answered_by_mvproxy: u64,
+    pub(crate) answered_by_mvproxy: u64,
     /// Requests that, without mvproxy, would have got a false 404: the picked server's
     /// discovery lacks the GVR, another server's lists it.
-    pub false_404s: u64,
+    pub(crate) false_404s: u64,
     /// Of those, the ones that did not get a 404.
-    pub false_404s_avoided: u64,
+    pub(crate) false_404s_avoided: u64,
     /// Of those, the ones that got a 404 all the same (mvproxy failed them).
-    pub false_404s_delivered: u64,
+    pub(crate) false_404s_delivered: u64,
     /// `503` answers (every server of the GVR was restarting).
-    pub unavailable_503: u64,
+    pub(crate) unavailable_503: u64,
     /// GVRs no node served (a client of the other release): the API server's own 404.
-    pub true_404s: u64,
-    pub discovery: DiscoveryCounts,
-    pub status_codes: BTreeMap<String, u64>,
+    pub(crate) true_404s: u64,
+    pub(crate) discovery: DiscoveryCounts,
+    pub(crate) status_codes: BTreeMap<String, u64>,
     /// Answers that contradict the request's counterfactual (expected 0).
-    pub unexpected: u64,
-    pub unexpected_examples: Vec<Unexpected>,
-    pub latency_ms: Latencies,
-    pub proxies: ProxyNumbers,
-    pub checks: Vec<Check>,
-    pub reconciled: bool,
+    pub(crate) unexpected: u64,
+    pub(crate) unexpected_examples: Vec<Unexpected>,
+    pub(crate) latency_ms: Latencies,
+    pub(crate) proxies: ProxyNumbers,
+    pub(crate) checks: Vec<Check>,
+    pub(crate) reconciled: bool,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
-pub struct DiscoveryCounts {
+pub(crate) struct DiscoveryCounts {
     /// `GET /apis` (aggregated v2) sent.
-    pub requests: u64,
+    pub(crate) requests: u64,
     /// Answered `200` with the merged document.
-    pub merged: u64,
+    pub(crate) merged: u64,
     /// Answered `304` to the client's `If-None-Match`.
-    pub not_modified: u64,
+    pub(crate) not_modified: u64,
 }
 
 #[derive(Debug, Clone, Serialize)]
-pub struct Unexpected {
-    pub seq: u64,
-    pub node: String,
-    pub method: &'static str,
-    pub path: String,
-    pub expect: Expect,
-    pub status: Option<u16>,
-    pub answered_by: Option<String>,
-    pub error: Option<String>,
+pub(crate) struct Unexpected {
+    pub(crate) seq: u64,
+    pub(crate) node: String,
+    pub(crate) method: &'static str,
+    pub(crate) path: String,
+    pub(crate) expect: Expect,
+    pub(crate) status: Option<u16>,
+    pub(crate) answered_by: Option<String>,
+    pub(crate) error: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
-pub struct Latencies {
+pub(crate) struct Latencies {
     /// Answered by the picked node's API server.
-    pub local: Percentiles,
+    pub(crate) local: Percentiles,
     /// Answered by another node's: one more hop, proxy to proxy.
-    pub peer: Percentiles,
+    pub(crate) peer: Percentiles,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
-pub struct Percentiles {
-    pub count: u64,
-    pub p50: Option<f64>,
-    pub p95: Option<f64>,
-    pub p99: Option<f64>,
+pub(crate) struct Percentiles {
+    pub(crate) count: u64,
+    pub(crate) p50: Option<f64>,
+    pub(crate) p95: Option<f64>,
+    pub(crate) p99: Option<f64>,
 }
 
 /// What the proxies' `/metrics` say, summed over the three.
 #[derive(Debug, Clone, Default, Serialize)]
-pub struct ProxyNumbers {
+pub(crate) struct ProxyNumbers {
     /// `mvproxy_rerouted_request_total`.
-    pub rerouted_request_total: u64,
-    pub rerouted_by_code: BTreeMap<String, u64>,
+    pub(crate) rerouted_request_total: u64,
+    pub(crate) rerouted_by_code: BTreeMap<String, u64>,
     /// `mvproxy_requests_total{route="peer",peer=""}`: answered 503 because every server of
     /// the GVR was down.
-    pub peers_down_503_total: u64,
-    pub cache_lookups_hit: u64,
-    pub cache_lookups_miss: u64,
-    pub cache_hit_ratio: Option<f64>,
+    pub(crate) peers_down_503_total: u64,
+    pub(crate) cache_lookups_hit: u64,
+    pub(crate) cache_lookups_miss: u64,
+    pub(crate) cache_hit_ratio: Option<f64>,
     /// Merged `/apis` documents built, and served from the cache.
-    pub merges_built: u64,
-    pub merges_cached: u64,
-    pub merge_latency_mean_ms: Option<f64>,
+    pub(crate) merges_built: u64,
+    pub(crate) merges_cached: u64,
+    pub(crate) merge_latency_mean_ms: Option<f64>,
     /// Upper bound of the histogram bucket holding the 99th percentile.
-    pub merge_latency_p99_le_ms: Option<f64>,
+    pub(crate) merge_latency_p99_le_ms: Option<f64>,
 }
 
 /// One reconciliation: two numbers counted independently that must be equal.
 #[derive(Debug, Clone, Serialize)]
-pub struct Check {
-    pub name: String,
-    pub expected: u64,
-    pub measured: u64,
-    pub ok: bool,
+pub(crate) struct Check {
+    pub(crate) name: String,
+    pub(crate) expected: u64,
+    pub(crate) measured: u64,
+    pub(crate) ok: bool,
 }
 
 /// A GVR not served by every node somewhere in the run, and which nodes serve it, at the end
 /// of each phase (from the catalog; `/debug/discovery` is checked against it).
 #[derive(Debug, Clone, Serialize)]
-pub struct SkewRow {
-    pub gvr: String,
-    pub served_by: BTreeMap<String, Vec<String>>,
+pub(crate) struct SkewRow {
+    pub(crate) gvr: String,
+    pub(crate) served_by: BTreeMap<String, Vec<String>>,
 }
 
 /// What the report is built from.
-pub struct Inputs<'a> {
-    pub phases: &'a [Phase],
-    pub workload: &'a Workload,
-    pub surfaces: &'a Surfaces,
-    pub runs: &'a [SegmentRun],
-    pub nodes: Vec<NodeInfo>,
-    pub duration_seconds: f64,
-    pub wall_seconds: f64,
-    pub interrupted: bool,
-    pub digest: String,
+pub(crate) struct Inputs<'a> {
+    pub(crate) phases: &'a [Phase],
+    pub(crate) workload: &'a Workload,
+    pub(crate) surfaces: &'a Surfaces,
+    pub(crate) runs: &'a [SegmentRun],
+    pub(crate) nodes: Vec<NodeInfo>,
+    pub(crate) duration_seconds: f64,
+    pub(crate) wall_seconds: f64,
+    pub(crate) interrupted: bool,
+    pub(crate) digest: String,
 }
 
 /// Builds the report.
-pub fn build(inputs: &Inputs<'_>) -> Report {
+pub(crate) fn build(inputs: &Inputs<'_>) -> Report {
     let resources = &inputs.workload.resources;
     let mut phases = Vec::new();
     for (p, phase) in inputs.phases.iter().enumerate() {
@@ -563,7 +564,7 @@ fn proxy_numbers(m: &Scrape) -> ProxyNumbers {
 }
 
 /// Nearest-rank percentile of a sorted slice.
-pub fn percentile(sorted: &[u64], q: f64) -> Option<u64> {
+pub(crate) fn percentile(sorted: &[u64], q: f64) -> Option<u64> {
     if sorted.is_empty() {
         return None;
     }
@@ -635,7 +636,7 @@ fn round3(x: f64) -> f64 {
 // === text ===
 
 /// The report for people.
-pub fn text(r: &Report) -> String {
+pub(crate) fn text(r: &Report) -> String {
     let mut out = String::new();
     let w = &mut out;
     let _ = writeln!(

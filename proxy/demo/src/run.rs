@@ -30,48 +30,48 @@ const DRAIN_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// One request and what came of it.
 #[derive(Debug, Clone)]
-pub struct Record {
-    pub request: Request,
+pub(crate) struct Record {
+    pub(crate) request: Request,
     /// The answer, or why there was none.
-    pub result: Result<Answer, String>,
+    pub(crate) result: Result<Answer, String>,
 }
 
 impl Record {
     /// The answer came from another node's API server.
-    pub fn rerouted(&self) -> bool {
+    pub(crate) fn rerouted(&self) -> bool {
         matches!(&self.result, Ok(a) if a.answered_by.as_ref().is_some_and(|b| *b != node_name(self.request.node)))
     }
 
     /// The answer came from the picked node's own API server.
-    pub fn local(&self) -> bool {
+    pub(crate) fn local(&self) -> bool {
         matches!(&self.result, Ok(a) if a.answered_by.as_deref() == Some(node_name(self.request.node).as_str()))
     }
 }
 
 /// What one segment measured.
 #[derive(Debug, Clone)]
-pub struct SegmentRun {
-    pub phase: usize,
-    pub segment: usize,
-    pub planned: usize,
-    pub records: Vec<Record>,
+pub(crate) struct SegmentRun {
+    pub(crate) phase: usize,
+    pub(crate) segment: usize,
+    pub(crate) planned: usize,
+    pub(crate) records: Vec<Record>,
     /// Requests sent whose task ended without a record (it panicked): lost.
-    pub lost: usize,
+    pub(crate) lost: usize,
     /// Time spent bringing the nodes to this segment's state before its traffic.
-    pub settle: Duration,
+    pub(crate) settle: Duration,
     /// Time from the first request sent to the last answer.
-    pub elapsed: Duration,
+    pub(crate) elapsed: Duration,
     /// The proxies' metrics over the segment, summed over the three.
-    pub metrics: Scrape,
+    pub(crate) metrics: Scrape,
     /// The skew as `/debug/discovery` of a proxy in rotation showed it during the segment.
-    pub debug_skew: Vec<(String, Vec<String>)>,
+    pub(crate) debug_skew: Vec<(String, Vec<String>)>,
     /// Cut short by Ctrl-C.
-    pub interrupted: bool,
+    pub(crate) interrupted: bool,
 }
 
 /// Runs every segment; stops early when `interrupt` fires. On an error, what was measured
 /// until then comes back with it.
-pub async fn execute(
+pub(crate) async fn execute(
     phases: &[Phase],
     workload: &Workload,
     surfaces: &Surfaces,

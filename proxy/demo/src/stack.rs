@@ -35,27 +35,27 @@ const REBIND_ATTEMPTS: u32 = 100;
 const START_ATTEMPTS: u32 = 5;
 
 /// One node: its stand-in API server and its mvproxy.
-pub struct Node {
-    pub name: String,
-    pub state: NodeState,
+pub(crate) struct Node {
+    pub(crate) name: String,
+    pub(crate) state: NodeState,
     standin: Option<standin::Running>,
     standin_addr: SocketAddr,
     proxy: Option<app::Running>,
     /// `http://127.0.0.1:PORT` of the proxy listener.
-    pub proxy_url: String,
+    pub(crate) proxy_url: String,
     /// `http://127.0.0.1:PORT` of the admin listener.
-    pub admin_url: String,
+    pub(crate) admin_url: String,
 }
 
 /// The running control plane.
-pub struct Stack {
-    pub nodes: Vec<Node>,
+pub(crate) struct Stack {
+    pub(crate) nodes: Vec<Node>,
 }
 
 impl Stack {
     /// Starts every node on `state` and waits until every proxy knows every server.
     /// `admin_port`: admin listeners on `admin_port`, `+1`, `+2`; `None` for free ports.
-    pub async fn start(
+    pub(crate) async fn start(
         state: &ClusterState,
         surfaces: &Surfaces,
         admin_port: Option<u16>,
@@ -137,7 +137,7 @@ impl Stack {
 
     /// Brings every node to `state` (stopping or starting stand-ins), then waits until every
     /// proxy's discovery cache agrees with it. Returns the time that took.
-    pub async fn apply(
+    pub(crate) async fn apply(
         &mut self,
         state: &ClusterState,
         surfaces: &Surfaces,
@@ -241,12 +241,12 @@ impl Stack {
     }
 
     /// The proxy URL of node `i`.
-    pub fn proxy_url(&self, i: usize) -> &str {
+    pub(crate) fn proxy_url(&self, i: usize) -> &str {
         self.nodes.get(i).map_or("", |n| n.proxy_url.as_str())
     }
 
     /// Stops every proxy, then every stand-in; returns when all have stopped.
-    pub async fn shutdown(mut self) {
+    pub(crate) async fn shutdown(mut self) {
         let mut tasks = tokio::task::JoinSet::new();
         for node in &mut self.nodes {
             if let Some(proxy) = node.proxy.take() {

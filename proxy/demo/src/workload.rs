@@ -60,12 +60,12 @@ const VERBS: &[(Verb, u64)] = &[
     (Verb::Create, 20),
 ];
 /// Namespace of every namespaced request.
-pub const NAMESPACE: &str = "default";
+pub(crate) const NAMESPACE: &str = "default";
 /// Objects every server holds for every resource it serves, so gets find them.
-pub const SEEDED: u64 = 2;
+pub(crate) const SEEDED: u64 = 2;
 
 /// The name of seeded object `n` (creates use `demo-{seq}`, so they never collide).
-pub fn seeded_name(n: u64) -> String {
+pub(crate) fn seeded_name(n: u64) -> String {
     format!("seed-{n}")
 }
 /// Server-side bound on a watch (the client leaves after the first event anyway).
@@ -73,14 +73,14 @@ const WATCH_TIMEOUT_SECONDS: u32 = 2;
 
 /// SplitMix64 (Steele, Lea and Flood): tiny, fast and fixed forever.
 #[derive(Debug, Clone)]
-pub struct Rng(u64);
+pub(crate) struct Rng(u64);
 
 impl Rng {
-    pub fn new(seed: u64) -> Self {
+    pub(crate) fn new(seed: u64) -> Self {
         Self(seed)
     }
 
-    pub fn next_u64(&mut self) -> u64 {
+    pub(crate) fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -89,7 +89,7 @@ impl Rng {
     }
 
     /// A number below `n` (`n > 0`), by multiply-shift (no modulo bias worth naming).
-    pub fn below(&mut self, n: u64) -> u64 {
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
         ((u128::from(self.next_u64()) * u128::from(n.max(1))) >> 64) as u64
     }
 }
@@ -97,7 +97,7 @@ impl Rng {
 /// What a request does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Verb {
+pub(crate) enum Verb {
     List,
     Get,
     Watch,
@@ -120,33 +120,33 @@ impl Verb {
 
 /// One planned request.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Request {
+pub(crate) struct Request {
     /// Position in the whole run, from 0.
-    pub seq: u64,
+    pub(crate) seq: u64,
     /// When to send it, from the start of its segment.
-    pub at: Duration,
+    pub(crate) at: Duration,
     /// The node (its proxy) the load balancer picked.
-    pub node: usize,
-    pub verb: Verb,
+    pub(crate) node: usize,
+    pub(crate) verb: Verb,
     /// Index into [`Workload::resources`]; `None` for discovery.
-    pub resource: Option<usize>,
+    pub(crate) resource: Option<usize>,
     /// What it must meet, from the discovery documents (see [`super::plan`]).
-    pub expect: Expect,
+    pub(crate) expect: Expect,
 }
 
 /// The whole run's requests, per phase and segment.
 #[derive(Debug, Clone)]
-pub struct Workload {
-    pub seed: u64,
-    pub rate: u32,
+pub(crate) struct Workload {
+    pub(crate) seed: u64,
+    pub(crate) rate: u32,
     /// Every resource of either release (see [`catalog::resources`]).
-    pub resources: Vec<ApiResource>,
+    pub(crate) resources: Vec<ApiResource>,
     /// `requests[phase][segment]`, in sending order.
-    pub requests: Vec<Vec<Vec<Request>>>,
+    pub(crate) requests: Vec<Vec<Vec<Request>>>,
 }
 
 /// Plans every request of `phases` at `rate` requests per second.
-pub fn generate(phases: &[Phase], surfaces: &Surfaces, seed: u64, rate: u32) -> Workload {
+pub(crate) fn generate(phases: &[Phase], surfaces: &Surfaces, seed: u64, rate: u32) -> Workload {
     let resources = catalog::resources();
     let mut rng = Rng::new(seed);
     let mut seq = 0u64;
@@ -248,7 +248,7 @@ fn verb(r: &ApiResource, rng: &mut Rng) -> Verb {
 }
 
 impl Request {
-    pub fn method(&self) -> Method {
+    pub(crate) fn method(&self) -> Method {
         match self.verb {
             Verb::Create => Method::POST,
             _ => Method::GET,
@@ -256,7 +256,7 @@ impl Request {
     }
 
     /// Path and query, as sent to the proxy.
-    pub fn path(&self, resources: &[ApiResource]) -> String {
+    pub(crate) fn path(&self, resources: &[ApiResource]) -> String {
         let Some(r) = self.resource.and_then(|i| resources.get(i)) else {
             return "/apis".to_owned();
         };
@@ -271,7 +271,7 @@ impl Request {
     }
 
     /// The object a create sends.
-    pub fn body(&self, resources: &[ApiResource]) -> Option<Bytes> {
+    pub(crate) fn body(&self, resources: &[ApiResource]) -> Option<Bytes> {
         let r = self.resource.and_then(|i| resources.get(i))?;
         if self.verb != Verb::Create {
             return None;
@@ -290,7 +290,7 @@ impl Request {
 }
 
 /// `/api/v1[/namespaces/default]/pods` or `/apis/{g}/{v}[/namespaces/default]/{r}`.
-pub fn collection_path(r: &ApiResource) -> String {
+pub(crate) fn collection_path(r: &ApiResource) -> String {
     let prefix = if r.gvr.group.is_empty() {
         format!("/api/{}", r.gvr.version)
     } else {
@@ -304,7 +304,7 @@ pub fn collection_path(r: &ApiResource) -> String {
 }
 
 /// `v1` or `group/version`.
-pub fn api_version(r: &ApiResource) -> String {
+pub(crate) fn api_version(r: &ApiResource) -> String {
     if r.gvr.group.is_empty() {
         r.gvr.version.clone()
     } else {
@@ -314,31 +314,29 @@ pub fn api_version(r: &ApiResource) -> String {
 
 /// One planned request as a JSON line (what `--plan-only` prints).
 #[derive(Debug, Serialize)]
-pub struct PlanLine<'a> {
-    pub seq: u64,
-    pub phase: &'a str,
-    pub segment: SegmentKind,
-    pub at_ms: f64,
-    pub node: String,
-    pub method: &'static str,
-    pub path: String,
-    pub verb: Verb,
-    pub expect: Expect,
+pub(crate) struct PlanLine<'a> {
+    pub(crate) seq: u64,
+    pub(crate) phase: &'a str,
+    pub(crate) segment: SegmentKind,
+    pub(crate) at_ms: f64,
+    pub(crate) node: String,
+    pub(crate) method: &'static str,
+    pub(crate) path: String,
+    pub(crate) verb: Verb,
+    pub(crate) expect: Expect,
 }
 
 impl Workload {
     /// Number of planned requests.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.requests.iter().flatten().map(Vec::len).sum()
     }
 
-    /// Whether nothing is planned.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     /// Every request as a [`PlanLine`], in order.
-    pub fn lines<'a>(&'a self, phases: &'a [Phase]) -> impl Iterator<Item = PlanLine<'a>> + 'a {
+    pub(crate) fn lines<'a>(
+        &'a self,
+        phases: &'a [Phase],
+    ) -> impl Iterator<Item = PlanLine<'a>> + 'a {
         self.requests
             .iter()
             .zip(phases)
@@ -368,7 +366,7 @@ impl Workload {
 
     /// `sha256:` of the request sequence (position, time, node, method, path): equal for two
     /// runs exactly when they send the same requests.
-    pub fn digest(&self, phases: &[Phase]) -> String {
+    pub(crate) fn digest(&self, phases: &[Phase]) -> String {
         let mut hash = Sha256::new();
         let mut line = String::new();
         for l in self.lines(phases) {

@@ -14,10 +14,10 @@ use serde::{Deserialize, Serialize};
 
 /// `Content-Type` of an `apidiscovery.k8s.io/v2` answer (kube-apiserver never echoes
 /// `profile`).
-pub const CONTENT_TYPE_V2: &str =
+pub(crate) const CONTENT_TYPE_V2: &str =
     "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
 /// `Content-Type` of an `apidiscovery.k8s.io/v2beta1` answer.
-pub const CONTENT_TYPE_V2BETA1: &str =
+pub(crate) const CONTENT_TYPE_V2BETA1: &str =
     "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList";
 
 /// `APIGroupDiscoveryList`.

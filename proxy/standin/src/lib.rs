@@ -24,6 +24,8 @@
 //! `x-standin-server`, and every request is recorded so tests can see what reached which
 //! server.
 
+#![warn(missing_docs, unreachable_pub)]
+
 mod catalog;
 mod core_v1;
 mod discovery;
@@ -84,6 +86,7 @@ pub struct Running {
 /// One request as the stand-in received it.
 #[derive(Debug, Clone)]
 pub struct RecordedRequest {
+    /// `GET`, `POST`, …
     pub method: http::Method,
     /// The request target as sent, e.g. `/api/v1/pods?limit=500`.
     pub path_and_query: String,
