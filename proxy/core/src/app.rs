@@ -34,8 +34,11 @@ pub enum StartError {
     Tls(#[from] TlsError),
     #[error("{0}")]
     Bind(#[from] std::io::Error),
-    #[error("upstream {name}: {why}")]
-    Upstream { name: String, why: String },
+    #[error("upstream {name}: {source}")]
+    Upstream {
+        name: String,
+        source: crate::forward::UpstreamError,
+    },
 }
 
 /// A running mvproxy.
@@ -81,9 +84,9 @@ fn kubeconfig_upstream(kc: &KubeConfig, config: &Config) -> Result<Upstream, Sta
         &settings,
         config.response_header_timeout,
     )
-    .map_err(|why| StartError::Upstream {
+    .map_err(|source| StartError::Upstream {
         name: kc.server.to_string(),
-        why,
+        source,
     })
 }
 
@@ -128,12 +131,12 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
         insecure_skip_verify: insecure,
     };
     let upstream = |name, url: &http::Uri, settings: &ClientSettings| {
-        Upstream::new(name, url.clone(), settings, config.response_header_timeout).map_err(|why| {
-            StartError::Upstream {
+        Upstream::new(name, url.clone(), settings, config.response_header_timeout).map_err(
+            |source| StartError::Upstream {
                 name: url.to_string(),
-                why,
-            }
-        })
+                source,
+            },
+        )
     };
     let local = upstream(config.server_id.clone(), &config.local, &local_settings)?;
     let timeout = config.response_header_timeout;

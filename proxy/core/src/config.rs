@@ -553,9 +553,9 @@ impl ServeArgs {
                     "give either --kubeconfig or --peer-source-token-file",
                 ));
             }
-            Some(path) => {
-                Some(crate::kubeconfig::load(path).map_err(|why| err("kubeconfig", why))?)
-            }
+            Some(path) => Some(
+                crate::kubeconfig::load(path).map_err(|why| err("kubeconfig", why.to_string()))?,
+            ),
         };
         let peer_source_token_file = if kubeconfig.is_some() {
             None

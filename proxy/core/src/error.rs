@@ -14,6 +14,15 @@ use http::{HeaderValue, Response, StatusCode, header};
 
 use crate::discovery::ServerName;
 
+/// What kind of transport failure a [`ProxyError::Transport`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TransportFailure {
+    /// The upstream's host name did not resolve ([`crate::forward::ResolveError`]).
+    NameResolution,
+    /// Anything else: refused, reset, TLS, a body that stopped.
+    Other,
+}
+
 /// Why mvproxy answered a request itself instead of returning an upstream's response.
 #[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
 pub enum ProxyError {
@@ -36,7 +45,13 @@ pub enum ProxyError {
     },
     /// Connecting to or talking with an upstream failed before a response arrived.
     #[error("{upstream} could not be reached: {cause}")]
-    Transport { upstream: ServerName, cause: String },
+    Transport {
+        upstream: ServerName,
+        /// What failed, read off the error's types (not its text).
+        failure: TransportFailure,
+        /// The error and its sources in words.
+        cause: String,
+    },
     /// The upstream accepted the connection but sent no response headers in time.
     #[error("{upstream} did not answer within {seconds}s")]
     Timeout { upstream: ServerName, seconds: u64 },
@@ -185,6 +200,7 @@ mod tests {
             (
                 ProxyError::Transport {
                     upstream: up,
+                    failure: TransportFailure::Other,
                     cause: "tls".into(),
                 },
                 503,

@@ -10,6 +10,9 @@
 //! and the cause; there is no retry (one hop, as upstream).
 
 use std::error::Error as StdError;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -20,10 +23,11 @@ use http_body_util::{BodyExt, Empty, Full, Limited};
 use hyper_rustls::{FixedServerNameResolver, HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::connect::dns::{GaiAddrs, GaiResolver, Name};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 
 use crate::discovery::ServerName;
-use crate::error::ProxyError;
+use crate::error::{ProxyError, TransportFailure};
 use crate::route::PEER_PROXIED;
 
 /// Boxed error of a streamed body.
@@ -53,7 +57,66 @@ pub fn empty() -> Body {
     Empty::new().map_err(|never| match never {}).boxed()
 }
 
-type HttpsClient = Client<HttpsConnector<HttpConnector>, Body>;
+type HttpsClient = Client<HttpsConnector<HttpConnector<Resolver>>, Body>;
+
+/// Why an [`Upstream`] could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum UpstreamError {
+    /// The configured TLS server name is not a DNS name or an IP address.
+    #[error("server name {name:?}: {source}")]
+    ServerName {
+        name: String,
+        source: rustls::pki_types::InvalidDnsNameError,
+    },
+}
+
+/// A failed name lookup: the upstream's address, not the upstream, is what failed.
+/// [`Upstream`]'s errors are told apart by finding this type in their source chain.
+#[derive(Debug, thiserror::Error)]
+#[error("{source}")]
+pub struct ResolveError {
+    /// The host name looked up.
+    pub host: String,
+    source: std::io::Error,
+}
+
+/// The system resolver (`getaddrinfo`, as hyper-util's default), its failures typed as
+/// [`ResolveError`].
+#[derive(Clone)]
+struct Resolver(GaiResolver);
+
+type ResolveFuture = Pin<Box<dyn Future<Output = Result<GaiAddrs, ResolveError>> + Send>>;
+
+impl tower_service::Service<Name> for Resolver {
+    type Response = GaiAddrs;
+    type Error = ResolveError;
+    type Future = ResolveFuture;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), ResolveError>> {
+        self.0.poll_ready(cx).map_err(|source| ResolveError {
+            host: String::new(),
+            source,
+        })
+    }
+
+    fn call(&mut self, name: Name) -> ResolveFuture {
+        let host = name.as_str().to_owned();
+        let lookup = self.0.call(name);
+        Box::pin(async move { lookup.await.map_err(|source| ResolveError { host, source }) })
+    }
+}
+
+/// What kind of transport failure `e` is, by the types in its source chain.
+fn transport_failure(e: &(dyn StdError + 'static)) -> TransportFailure {
+    let mut cur = Some(e);
+    while let Some(err) = cur {
+        if err.is::<ResolveError>() {
+            return TransportFailure::NameResolution;
+        }
+        cur = err.source();
+    }
+    TransportFailure::Other
+}
 
 /// How to reach one kind of upstream.
 #[derive(Clone)]
@@ -95,8 +158,8 @@ impl Upstream {
         base: Uri,
         settings: &ClientSettings,
         response_header_timeout: Duration,
-    ) -> Result<Self, String> {
-        let mut http = HttpConnector::new();
+    ) -> Result<Self, UpstreamError> {
+        let mut http = HttpConnector::new_with_resolver(Resolver(GaiResolver::new()));
         http.enforce_http(false);
         http.set_connect_timeout(Some(settings.connect_timeout));
         http.set_nodelay(true);
@@ -112,8 +175,13 @@ impl Upstream {
             .https_or_http();
         let builder = match &settings.server_name {
             Some(sni) => {
-                let name = rustls::pki_types::ServerName::try_from(sni.clone())
-                    .map_err(|e| format!("server name {sni:?}: {e}"))?;
+                let name =
+                    rustls::pki_types::ServerName::try_from(sni.clone()).map_err(|source| {
+                        UpstreamError::ServerName {
+                            name: sni.clone(),
+                            source,
+                        }
+                    })?;
                 builder.with_server_name_resolver(FixedServerNameResolver::new(name))
             }
             None => builder,
@@ -205,6 +273,7 @@ impl Upstream {
             .await
             .map_err(|e| ProxyError::Transport {
                 upstream: self.name.clone(),
+                failure: TransportFailure::Other,
                 cause: format!("reading {path}: {}", causes(e.as_ref())),
             })?
             .to_bytes())
@@ -236,6 +305,7 @@ impl Upstream {
                 }
                 Err(ProxyError::Transport {
                     upstream: self.name.clone(),
+                    failure: transport_failure(&e),
                     cause: causes(&e),
                 })
             }
@@ -334,6 +404,36 @@ pub fn causes(e: &(dyn StdError + 'static)) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An error with a source, as hyper-util's client and connector errors wrap their causes.
+    #[derive(Debug, thiserror::Error)]
+    #[error("{0}")]
+    struct Wrapped(&'static str, #[source] Box<dyn StdError + Send + Sync>);
+
+    #[test]
+    fn a_failed_lookup_is_recognised_by_its_type_anywhere_in_the_chain() {
+        let lookup = ResolveError {
+            host: "apiserver-b".to_owned(),
+            source: std::io::Error::other("failed to lookup address information"),
+        };
+        let e = Wrapped(
+            "client error (Connect)",
+            Box::new(Wrapped("dns error", Box::new(lookup))),
+        );
+        assert_eq!(transport_failure(&e), TransportFailure::NameResolution);
+        assert_eq!(
+            causes(&e),
+            "client error (Connect): dns error: failed to lookup address information"
+        );
+        // the same words without the type are some other failure
+        let words = Wrapped(
+            "client error (Connect)",
+            Box::new(std::io::Error::other(
+                "dns error: failed to lookup address information",
+            )),
+        );
+        assert_eq!(transport_failure(&words), TransportFailure::Other);
+    }
 
     #[test]
     fn hop_by_hop_headers_are_dropped_and_end_to_end_ones_kept() {

@@ -67,45 +67,126 @@ struct User {
     client_key_data: Option<String>,
 }
 
-fn find<'a, T>(items: &'a [Named<T>], name: &str, what: &str) -> Result<&'a T, String> {
+/// Why a kubeconfig could not be used; every message starts with the file's path.
+#[derive(Debug, thiserror::Error)]
+pub enum KubeconfigError {
+    /// The file could not be read.
+    #[error("{}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// The file is not a kubeconfig.
+    #[error("{}: {source}", path.display())]
+    Parse {
+        path: PathBuf,
+        source: serde_yaml_ng::Error,
+    },
+    /// A context, cluster or user it names is not in the file.
+    #[error("{}: {what} {name:?} not found", path.display())]
+    NotFound {
+        path: PathBuf,
+        what: &'static str,
+        name: String,
+    },
+    /// A `*-data` field is not base64.
+    #[error("{}: {what}-data: {source}", path.display())]
+    Base64 {
+        path: PathBuf,
+        what: &'static str,
+        source: base64::DecodeError,
+    },
+    /// A file it references could not be read.
+    #[error("{}: {what} {}: {source}", path.display(), file.display())]
+    Referenced {
+        path: PathBuf,
+        what: &'static str,
+        file: PathBuf,
+        source: std::io::Error,
+    },
+    /// The cluster's server is not a URL.
+    #[error("{}: server {server:?}: {source}", path.display())]
+    Server {
+        path: PathBuf,
+        server: String,
+        source: http::uri::InvalidUri,
+    },
+    /// An `https://` server without a CA to verify it.
+    #[error("{}: certificate-authority is required for an https:// server", path.display())]
+    CaRequired { path: PathBuf },
+    /// Only one of the user's certificate and key.
+    #[error("{}: client-certificate and client-key go together", path.display())]
+    HalfClientCert { path: PathBuf },
+}
+
+fn find<'a, T>(
+    path: &Path,
+    items: &'a [Named<T>],
+    name: &str,
+    what: &'static str,
+) -> Result<&'a T, KubeconfigError> {
     items
         .iter()
         .find(|n| n.name == name)
         .and_then(|n| n.value.as_ref())
-        .ok_or_else(|| format!("{what} {name:?} not found"))
+        .ok_or_else(|| KubeconfigError::NotFound {
+            path: path.to_owned(),
+            what,
+            name: name.to_owned(),
+        })
 }
 
 /// Reads the current context of `path`.
-pub fn load(path: &Path) -> Result<KubeConfig, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    parse(path, &text).map_err(|e| format!("{}: {e}", path.display()))
+pub fn load(path: &Path) -> Result<KubeConfig, KubeconfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| KubeconfigError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    parse(path, &text)
 }
 
-fn parse(path: &Path, text: &str) -> Result<KubeConfig, String> {
-    let file: File = serde_yaml_ng::from_str(text).map_err(|e| e.to_string())?;
-    let context = find(&file.contexts, &file.current_context, "current context")?;
-    let cluster = find(&file.clusters, &context.cluster, "cluster")?;
+fn parse(path: &Path, text: &str) -> Result<KubeConfig, KubeconfigError> {
+    let file: File = serde_yaml_ng::from_str(text).map_err(|source| KubeconfigError::Parse {
+        path: path.to_owned(),
+        source,
+    })?;
+    let context = find(
+        path,
+        &file.contexts,
+        &file.current_context,
+        "current context",
+    )?;
+    let cluster = find(path, &file.clusters, &context.cluster, "cluster")?;
     let default_user = User::default();
     let user = if context.user.is_empty() {
         &default_user
     } else {
-        find(&file.users, &context.user, "user")?
+        find(path, &file.users, &context.user, "user")?
     };
     let dir = path.parent().unwrap_or(Path::new("."));
     let read = |data: &Option<String>,
                 file: &Option<PathBuf>,
-                what: &str|
-     -> Result<Option<Vec<u8>>, String> {
+                what: &'static str|
+     -> Result<Option<Vec<u8>>, KubeconfigError> {
         match (data, file) {
             (Some(d), _) => base64::engine::general_purpose::STANDARD
                 .decode(d.trim())
                 .map(Some)
-                .map_err(|e| format!("{what}-data: {e}")),
+                .map_err(|source| KubeconfigError::Base64 {
+                    path: path.to_owned(),
+                    what,
+                    source,
+                }),
             (None, Some(f)) => {
                 let f = dir.join(f);
                 std::fs::read(&f)
                     .map(Some)
-                    .map_err(|e| format!("{what} {}: {e}", f.display()))
+                    .map_err(|source| KubeconfigError::Referenced {
+                        path: path.to_owned(),
+                        what,
+                        file: f,
+                        source,
+                    })
             }
             (None, None) => Ok(None),
         }
@@ -113,14 +194,20 @@ fn parse(path: &Path, text: &str) -> Result<KubeConfig, String> {
     let server: Uri = cluster
         .server
         .parse()
-        .map_err(|e| format!("server {:?}: {e}", cluster.server))?;
+        .map_err(|source| KubeconfigError::Server {
+            path: path.to_owned(),
+            server: cluster.server.clone(),
+            source,
+        })?;
     let ca_pem = read(
         &cluster.certificate_authority_data,
         &cluster.certificate_authority,
         "certificate-authority",
     )?;
     if server.scheme_str() == Some("https") && ca_pem.is_none() {
-        return Err("certificate-authority is required for an https:// server".to_owned());
+        return Err(KubeconfigError::CaRequired {
+            path: path.to_owned(),
+        });
     }
     let client_cert = match (
         read(
@@ -132,7 +219,11 @@ fn parse(path: &Path, text: &str) -> Result<KubeConfig, String> {
     ) {
         (Some(c), Some(k)) => Some((c, k)),
         (None, None) => None,
-        _ => return Err("client-certificate and client-key go together".to_owned()),
+        _ => {
+            return Err(KubeconfigError::HalfClientCert {
+                path: path.to_owned(),
+            });
+        }
     };
     Ok(KubeConfig {
         path: path.to_owned(),
@@ -192,19 +283,23 @@ users:
             Some("abc")
         );
         let no_ca = text.replace("      certificate-authority: ca.crt\n", "");
-        assert!(
-            parse(&dir.join("config"), &no_ca)
-                .unwrap_err()
-                .contains("certificate-authority")
-        );
+        assert!(matches!(
+            parse(&dir.join("config"), &no_ca),
+            Err(KubeconfigError::CaRequired { .. })
+        ));
         let wrong = text.replace(
             "current-context: admin@kubernetes",
             "current-context: missing",
         );
+        let e = parse(&dir.join("config"), &wrong).unwrap_err();
         assert!(
-            parse(&dir.join("config"), &wrong)
-                .unwrap_err()
-                .contains("missing")
+            matches!(&e, KubeconfigError::NotFound { what: "current context", name, .. } if name == "missing"),
+            "{e}"
+        );
+        assert!(
+            e.to_string()
+                .ends_with("config: current context \"missing\" not found"),
+            "{e}"
         );
         std::fs::remove_dir_all(&dir).unwrap();
     }

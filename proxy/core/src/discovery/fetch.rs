@@ -21,6 +21,7 @@ use super::types::{
     ACCEPT_NOPEER, AGGREGATED_GROUP, AGGREGATED_KIND, ApiGroupDiscovery, ApiGroupDiscoveryList,
     ApiGroupList, ApiResourceList, ApiVersions,
 };
+use crate::error::{ProxyError, TransportFailure};
 use crate::forward::{Upstream, causes};
 
 const ACCEPT_JSON: &str = "application/json";
@@ -32,21 +33,68 @@ enum Document {
     NotFound,
 }
 
-/// Why a fetch failed.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{message}")]
-pub struct FetchError {
-    /// The `type` label of `mvproxy_peer_discovery_sync_errors_total`: `hostport_resolution`
-    /// when the server's host name did not resolve, `fetch_discovery` otherwise.
-    pub kind: &'static str,
-    pub message: String,
+/// `type` label of `mvproxy_peer_discovery_sync_errors_total` when a server's host name did
+/// not resolve.
+pub const SYNC_ERROR_HOSTPORT_RESOLUTION: &str = "hostport_resolution";
+/// `type` label of `mvproxy_peer_discovery_sync_errors_total` for every other failure.
+pub const SYNC_ERROR_FETCH_DISCOVERY: &str = "fetch_discovery";
+
+/// Why a fetch failed; each message starts with the request (`GET /apis: …`).
+#[derive(Debug, thiserror::Error)]
+pub enum FetchError {
+    /// No response: the server could not be reached or did not answer in time.
+    #[error("GET {path}: {source}")]
+    Request { path: String, source: ProxyError },
+    /// The document is over `--max-discovery-document-bytes`, by its `Content-Length` if it
+    /// declared one.
+    #[error(
+        "GET {path}: the document is larger than {limit} bytes (--max-discovery-document-bytes){}",
+        declared.map(|len| format!(": its Content-Length is {len}")).unwrap_or_default()
+    )]
+    TooLarge {
+        path: String,
+        limit: usize,
+        declared: Option<u64>,
+    },
+    /// The body stopped before its end.
+    #[error("GET {path}: {upstream} stopped sending: {cause}")]
+    Stopped {
+        path: String,
+        upstream: String,
+        cause: String,
+    },
+    /// An answer other than 200 or 404, with the start of its body.
+    #[error("GET {path}: HTTP {status}: {body}")]
+    Status {
+        path: String,
+        status: StatusCode,
+        body: String,
+    },
+    /// A legacy group-version the server listed is not there.
+    #[error("GET {path}: 404 Not Found")]
+    NotFound { path: String },
+    /// Not the JSON the path serves.
+    #[error("GET {path}: undecodable document: {source}")]
+    Undecodable {
+        path: String,
+        source: serde_json::Error,
+    },
 }
 
-impl From<String> for FetchError {
-    fn from(message: String) -> Self {
-        Self {
-            kind: "fetch_discovery",
-            message,
+impl FetchError {
+    /// The `type` label of `mvproxy_peer_discovery_sync_errors_total`: a failed name lookup
+    /// is the peer's address failing, not its discovery.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Request {
+                source:
+                    ProxyError::Transport {
+                        failure: TransportFailure::NameResolution,
+                        ..
+                    },
+                ..
+            } => SYNC_ERROR_HOSTPORT_RESOLUTION,
+            _ => SYNC_ERROR_FETCH_DISCOVERY,
         }
     }
 }
@@ -106,30 +154,30 @@ pub async fn fetch(
 async fn legacy_resources(up: &Fetch<'_>, path: &str) -> Result<ApiResourceList, FetchError> {
     match get(up, path, ACCEPT_JSON).await? {
         Document::Legacy(body) | Document::Aggregated { body, .. } => Ok(decode(path, &body)?),
-        Document::NotFound => Err(format!("GET {path}: 404 Not Found").into()),
+        Document::NotFound => Err(FetchError::NotFound {
+            path: path.to_owned(),
+        }),
     }
 }
 
 async fn get(f: &Fetch<'_>, path: &str, accept: &str) -> Result<Document, FetchError> {
     let resp = match f.up.get_response(path, accept).await {
         Ok(r) => r,
-        Err(e) => {
+        Err(source) => {
             (f.observe)(StatusCode::SERVICE_UNAVAILABLE);
-            let message = format!("GET {path}: {e}");
-            return Err(FetchError {
-                kind: error_kind(&message),
-                message,
+            return Err(FetchError::Request {
+                path: path.to_owned(),
+                source,
             });
         }
     };
     let (parts, body) = resp.into_parts();
     let (status, headers) = (parts.status, parts.headers);
     (f.observe)(status);
-    let too_large = || {
-        format!(
-            "GET {path}: the document is larger than {} bytes (--max-discovery-document-bytes)",
-            f.limit
-        )
+    let too_large = |declared| FetchError::TooLarge {
+        path: path.to_owned(),
+        limit: f.limit,
+        declared,
     };
     let declared = headers
         .get(header::CONTENT_LENGTH)
@@ -138,20 +186,19 @@ async fn get(f: &Fetch<'_>, path: &str, accept: &str) -> Result<Document, FetchE
     if let Some(len) = declared
         && len > f.limit as u64
     {
-        return Err(format!("{}: its Content-Length is {len}", too_large()).into());
+        return Err(too_large(Some(len)));
     }
     let body = match Limited::new(body, f.limit).collect().await {
         Ok(collected) => collected.to_bytes(),
         Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => {
-            return Err(too_large().into());
+            return Err(too_large(None));
         }
         Err(e) => {
-            return Err(format!(
-                "GET {path}: {} stopped sending: {}",
-                f.up.name,
-                causes(e.as_ref())
-            )
-            .into());
+            return Err(FetchError::Stopped {
+                path: path.to_owned(),
+                upstream: f.up.name.to_string(),
+                cause: causes(e.as_ref()),
+            });
         }
     };
     match status {
@@ -160,21 +207,11 @@ async fn get(f: &Fetch<'_>, path: &str, accept: &str) -> Result<Document, FetchE
             None => Document::Legacy(body),
         }),
         StatusCode::NOT_FOUND => Ok(Document::NotFound),
-        other => Err(format!(
-            "GET {path}: HTTP {other}: {}",
-            String::from_utf8_lossy(&body[..body.len().min(200)])
-        )
-        .into()),
-    }
-}
-
-/// hyper-util reports a failed name lookup as a `dns error`: the peer's address, not its
-/// discovery, is what failed.
-fn error_kind(message: &str) -> &'static str {
-    if message.contains("dns error") || message.contains("failed to lookup address") {
-        "hostport_resolution"
-    } else {
-        "fetch_discovery"
+        other => Err(FetchError::Status {
+            path: path.to_owned(),
+            status: other,
+            body: String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned(),
+        }),
     }
 }
 
@@ -204,8 +241,11 @@ fn aggregated_version(headers: &HeaderMap) -> Option<bool> {
     }
 }
 
-fn decode<T: serde::de::DeserializeOwned>(path: &str, body: &[u8]) -> Result<T, String> {
-    serde_json::from_slice(body).map_err(|e| format!("GET {path}: undecodable document: {e}"))
+fn decode<T: serde::de::DeserializeOwned>(path: &str, body: &[u8]) -> Result<T, FetchError> {
+    serde_json::from_slice(body).map_err(|source| FetchError::Undecodable {
+        path: path.to_owned(),
+        source,
+    })
 }
 
 #[cfg(test)]
@@ -257,9 +297,10 @@ mod tests {
         );
         let up = raw_server(head, (0..5).map(|_| chunk(1000)).collect()).await;
         let e = fetch(&up, 1024, &|_| {}).await.unwrap_err();
-        assert_eq!(e.kind, "fetch_discovery");
+        assert_eq!(e.kind(), SYNC_ERROR_FETCH_DISCOVERY);
+        assert!(matches!(e, FetchError::TooLarge { declared: None, .. }));
         assert_eq!(
-            e.message,
+            e.to_string(),
             "GET /api: the document is larger than 1024 bytes (--max-discovery-document-bytes)"
         );
 
@@ -270,7 +311,7 @@ mod tests {
         let up = raw_server(head, vec![vec![b' '; 5000]]).await;
         let e = fetch(&up, 1024, &|_| {}).await.unwrap_err();
         assert!(
-            e.message.ends_with("larger than 1024 bytes (--max-discovery-document-bytes): its Content-Length is 5000"),
+            e.to_string().ends_with("larger than 1024 bytes (--max-discovery-document-bytes): its Content-Length is 5000"),
             "{e}"
         );
 
@@ -280,15 +321,64 @@ mod tests {
             format!("HTTP/1.1 200 OK\r\ncontent-type: {AGGREGATED}\r\ncontent-length: 12\r\n\r\n");
         let up = raw_server(head, vec![br#"{"items":[]}"#.to_vec()]).await;
         let e = fetch(&up, 1024, &|_| {}).await.unwrap_err();
-        assert!(e.message.starts_with("GET /apis: "), "{e}");
+        assert!(e.to_string().starts_with("GET /apis: "), "{e}");
     }
 
     #[test]
-    fn name_resolution_failures_are_told_apart() {
-        let dns = "GET /api: apiserver-b could not be reached: client error (Connect): dns error: failed to lookup address information: Name or service not known";
-        assert_eq!(error_kind(dns), "hostport_resolution");
-        let refused = "GET /api: apiserver-b could not be reached: client error (Connect): tcp connect error: Connection refused (os error 111)";
-        assert_eq!(error_kind(refused), "fetch_discovery");
+    fn name_resolution_failures_are_told_apart_by_type() {
+        let transport = |failure| FetchError::Request {
+            path: "/api".to_owned(),
+            source: ProxyError::Transport {
+                upstream: "apiserver-b".into(),
+                failure,
+                // the words do not decide: only the failure's type does
+                cause: "dns error: failed to lookup address information".to_owned(),
+            },
+        };
+        assert_eq!(
+            transport(TransportFailure::NameResolution).kind(),
+            SYNC_ERROR_HOSTPORT_RESOLUTION
+        );
+        assert_eq!(
+            transport(TransportFailure::Other).kind(),
+            SYNC_ERROR_FETCH_DISCOVERY
+        );
+    }
+
+    #[tokio::test]
+    async fn a_refused_connection_is_a_fetch_error_naming_the_request() {
+        // a port the OS handed out and nothing listens on any more
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        drop(listener);
+        let settings = crate::forward::ClientSettings {
+            tls: None,
+            server_name: None,
+            connect_timeout: Duration::from_secs(5),
+            insecure_skip_verify: false,
+        };
+        let base = format!("http://{addr}").parse().unwrap();
+        let up = Upstream::new("peer".into(), base, &settings, Duration::from_secs(5)).unwrap();
+        let e = fetch(&up, 1024, &|_| {}).await.unwrap_err();
+        assert_eq!(e.kind(), SYNC_ERROR_FETCH_DISCOVERY);
+        assert!(
+            matches!(
+                &e,
+                FetchError::Request {
+                    source: ProxyError::Transport {
+                        failure: TransportFailure::Other,
+                        ..
+                    },
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        assert!(
+            e.to_string()
+                .starts_with("GET /api: peer could not be reached: "),
+            "{e}"
+        );
     }
 
     #[test]

@@ -24,7 +24,7 @@ use tokio_util::sync::CancellationToken;
 use super::ServerName;
 use super::fetch::fetch;
 use super::snapshot::{GroupVersion, ServerState, ServerView, Snapshot};
-use crate::forward::Upstream;
+use crate::forward::{Upstream, UpstreamError};
 
 /// How long a group-version that stopped being local-only stays excluded (upstream's default).
 pub const EXCLUSION_GRACE: Duration = Duration::from_secs(5 * 60);
@@ -51,7 +51,8 @@ pub struct PeerSpec {
 }
 
 /// Builds the client for a peer.
-pub type UpstreamFactory = Box<dyn Fn(&ServerName, &Uri) -> Result<Upstream, String> + Send + Sync>;
+pub type UpstreamFactory =
+    Box<dyn Fn(&ServerName, &Uri) -> Result<Upstream, UpstreamError> + Send + Sync>;
 
 /// A server being refreshed: how to reach it, how to wake its task, how to stop it.
 struct Member {
@@ -263,13 +264,13 @@ impl Cache {
                     tracing::warn!(server = %name, url = %upstream.base, cause = %e, "discovery fetch failed");
                     self.metrics
                         .peer_discovery_sync_errors
-                        .get_or_create(&TypeLabels { r#type: e.kind })
+                        .get_or_create(&TypeLabels { r#type: e.kind() })
                         .inc();
                     failures = failures.saturating_add(1);
                     backoff(failures, self.settings.interval)
                 }
             };
-            self.record(&name, result.map_err(|e| e.message));
+            self.record(&name, result.map_err(|e| e.to_string()));
             tokio::select! {
                 () = tokio::time::sleep(delay) => {}
                 () = wake.notified() => {
