@@ -45,8 +45,16 @@ pub(crate) enum ClientError {
     Timeout(Duration),
     #[error("{url} answered {status}")]
     Status { url: String, status: u16 },
-    #[error("reading {url}: {cause}")]
-    Read { url: String, cause: String },
+    #[error("reading {url}: {source}")]
+    Read {
+        url: String,
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    #[error("reading {url}: {source}")]
+    Decode {
+        url: String,
+        source: serde_json::Error,
+    },
 }
 
 /// What came back.
@@ -156,9 +164,9 @@ impl Client {
             let body = http_body_util::Limited::new(response.into_body(), MAX_SCRAPE)
                 .collect()
                 .await
-                .map_err(|e| ClientError::Read {
+                .map_err(|source| ClientError::Read {
                     url: url.to_owned(),
-                    cause: e.to_string(),
+                    source,
                 })?
                 .to_bytes();
             if status != 200 {

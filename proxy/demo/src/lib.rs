@@ -96,24 +96,43 @@ pub enum ReportFormat {
 pub(crate) enum DemoError {
     #[error("{0}")]
     Config(#[from] ConfigError),
-    #[error("starting {node}: {cause}")]
-    Start { node: String, cause: String },
+    #[error("starting {node}: {source}")]
+    Start {
+        node: String,
+        source: mvproxy::app::StartError,
+    },
+    #[error("starting {node}: stand-in API server on {addr}: {source}")]
+    StandIn {
+        node: String,
+        addr: std::net::SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("starting proxies: finding free ports: {0}")]
+    Ports(#[source] std::io::Error),
     #[error("the embedded catalog: {0}")]
-    Catalog(String),
+    Catalog(#[source] serde_json::Error),
     #[error("{proxy} did not catch up with {server} in time: {why}")]
     Converge {
         proxy: String,
         server: String,
         why: String,
     },
-    #[error("reading {node}'s admin endpoints: {cause}")]
-    Scrape { node: String, cause: String },
+    #[error("reading {node}'s admin endpoints: {source}")]
+    Scrape {
+        node: String,
+        source: client::ClientError,
+    },
     #[error("{0} requests still unanswered after the drain timeout")]
     Stuck(usize),
     #[error("interrupted")]
     Interrupted,
-    #[error("writing the report to {path}: {cause}")]
-    Write { path: String, cause: String },
+    #[error("writing the report to {path}: {source}")]
+    Write {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("encoding the report: {0}")]
+    Encode(#[source] serde_json::Error),
 }
 
 /// `25s`, `2m`, `500ms`, `1.5s`, or plain seconds; between 1 s and 1 h.
@@ -304,26 +323,23 @@ fn write_report(
     let body = match format {
         ReportFormat::Text => report::text(report),
         ReportFormat::Json => {
-            let mut json = serde_json::to_string_pretty(report).map_err(|e| DemoError::Write {
-                path: "stdout".to_owned(),
-                cause: e.to_string(),
-            })?;
+            let mut json = serde_json::to_string_pretty(report).map_err(DemoError::Encode)?;
             json.push('\n');
             json
         }
     };
     match file {
-        Some(path) => std::fs::write(path, body).map_err(|e| DemoError::Write {
+        Some(path) => std::fs::write(path, body).map_err(|source| DemoError::Write {
             path: path.display().to_string(),
-            cause: e.to_string(),
+            source,
         }),
         None => {
             let mut out = std::io::stdout().lock();
             out.write_all(body.as_bytes())
                 .and_then(|()| out.flush())
-                .map_err(|e| DemoError::Write {
+                .map_err(|source| DemoError::Write {
                     path: "stdout".to_owned(),
-                    cause: e.to_string(),
+                    source,
                 })
         }
     }

@@ -288,9 +288,9 @@ pub(crate) async fn skew(
         servers: Vec<String>,
     }
     let text = client.get_text(&format!("{admin}/debug/discovery")).await?;
-    let debug: Debug = serde_json::from_str(&text).map_err(|e| ClientError::Read {
+    let debug: Debug = serde_json::from_str(&text).map_err(|source| ClientError::Decode {
         url: format!("{admin}/debug/discovery"),
-        cause: e.to_string(),
+        source,
     })?;
     let mut out: Vec<(String, Vec<String>)> = debug
         .skew

@@ -166,9 +166,9 @@ async fn run_segment(
             let node = &stack.nodes[n];
             metrics::skew(client, &node.admin_url)
                 .await
-                .map_err(|e| DemoError::Scrape {
+                .map_err(|source| DemoError::Scrape {
                     node: node.name.clone(),
-                    cause: e.to_string(),
+                    source,
                 })?
         }
         None => Vec::new(),
@@ -252,9 +252,9 @@ async fn scrape_all(stack: &Stack, client: &Client) -> Result<Scrape, DemoError>
     for node in &stack.nodes {
         let one = metrics::scrape(client, &node.admin_url)
             .await
-            .map_err(|e| DemoError::Scrape {
+            .map_err(|source| DemoError::Scrape {
                 node: node.name.clone(),
-                cause: e.to_string(),
+                source,
             })?;
         total.add(&one);
     }

@@ -115,10 +115,12 @@ impl Stack {
                 ..ServeArgs::default()
             };
             let config = args.load()?;
-            let running = app::start(&config).await.map_err(|e| DemoError::Start {
-                node: node_name(i),
-                cause: e.to_string(),
-            })?;
+            let running = app::start(&config)
+                .await
+                .map_err(|source| DemoError::Start {
+                    node: node_name(i),
+                    source,
+                })?;
             let node = &mut self.nodes[i];
             node.proxy_url = format!("http://{}", running.listen);
             node.admin_url = format!("http://{}", running.admin);
@@ -282,9 +284,9 @@ async fn start_standin(
     release: Release,
     addr: SocketAddr,
 ) -> Result<standin::Running, DemoError> {
-    let json = catalog::apis_json(release).map_err(|e| DemoError::Catalog(e.to_string()))?;
+    let json = catalog::apis_json(release).map_err(DemoError::Catalog)?;
     let standin = StandIn::new(name, &json)
-        .map_err(|e| DemoError::Catalog(e.to_string()))?
+        .map_err(DemoError::Catalog)?
         .git_version(release.git_version());
     let mut attempt = 0;
     let running = loop {
@@ -294,10 +296,11 @@ async fn start_standin(
             Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && attempt < REBIND_ATTEMPTS => {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
-            Err(e) => {
-                return Err(DemoError::Start {
+            Err(source) => {
+                return Err(DemoError::StandIn {
                     node: name.to_owned(),
-                    cause: format!("stand-in API server on {addr}: {e}"),
+                    addr,
+                    source,
                 });
             }
         }
@@ -340,16 +343,10 @@ fn free_ports(n: usize) -> Result<Vec<u16>, DemoError> {
     let listeners = (0..n)
         .map(|_| TcpListener::bind((Ipv4Addr::LOCALHOST, 0)))
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| DemoError::Start {
-            node: "proxies".to_owned(),
-            cause: format!("finding free ports: {e}"),
-        })?;
+        .map_err(DemoError::Ports)?;
     listeners
         .iter()
         .map(|l| l.local_addr().map(|a| a.port()))
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| DemoError::Start {
-            node: "proxies".to_owned(),
-            cause: format!("finding free ports: {e}"),
-        })
+        .map_err(DemoError::Ports)
 }
