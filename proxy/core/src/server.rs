@@ -370,7 +370,7 @@ fn method_label(m: &Method) -> &'static str {
 }
 
 /// How long in-flight requests get to finish after a shutdown signal (watches never finish).
-pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+pub const SHUTDOWN_DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Serves the proxy on `listener` until `shutdown` is cancelled, then drains open connections.
 pub async fn serve(
@@ -440,11 +440,11 @@ pub async fn serve(
         });
     }
     drop(listener);
-    if tokio::time::timeout(DRAIN_TIMEOUT, graceful.shutdown())
+    if tokio::time::timeout(SHUTDOWN_DRAIN_TIMEOUT, graceful.shutdown())
         .await
         .is_err()
     {
-        tracing::warn!("connections still open after {DRAIN_TIMEOUT:?}; closing them");
+        tracing::warn!("connections still open after {SHUTDOWN_DRAIN_TIMEOUT:?}; closing them");
     }
 }
 
