@@ -24,10 +24,11 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use super::catalog::{ApiResource, Release};
-use super::metrics::Scrape;
+use super::metrics::{Scrape, SkewKey};
 use super::plan::{Expect, NODES, Phase, SegmentKind, Surfaces, node_name};
 use super::run::{Record, SegmentRun};
-use super::workload::{Verb, Workload};
+use super::workload::{Agent, Verb, Workload};
+use crate::readiness::side::Side;
 
 /// The JSON schema of [`Report`].
 pub const SCHEMA: &str = include_str!("report.schema.json");
@@ -50,8 +51,35 @@ pub struct Report {
     pub phases: Vec<PhaseReport>,
     pub total: Counts,
     pub skew: Vec<SkewRow>,
+    /// The clients that depend on the skew, as `mvproxy_skew_requests_total` counts them.
+    pub readiness: Readiness,
     /// Every check of every segment, phase and the total held.
     pub reconciled: bool,
+}
+
+/// Who would break: the simulated clients that used GVRs on one side of the skew.
+#[derive(Debug, Clone, Serialize)]
+pub struct Readiness {
+    /// Clients that used APIs the new release does not serve (`side="old_only"`): these
+    /// requests fail once the upgrade completes.
+    pub breaks_after_upgrade: Vec<ClientApis>,
+    /// Clients that used APIs only the new release serves (`side="new_only"`): these requests
+    /// fail on a rollback.
+    pub breaks_on_rollback: Vec<ClientApis>,
+}
+
+/// One client and the GVRs of one side of the skew it used.
+#[derive(Debug, Clone, Serialize)]
+pub struct ClientApis {
+    /// The `client` label.
+    pub client: String,
+    pub user_agent: String,
+    /// Requests it sent for these GVRs (client side).
+    pub requests: u64,
+    /// The same, summed from the proxies' `mvproxy_skew_requests_total`.
+    pub counted_by_mvproxy: u64,
+    /// Requests by GVR (client side).
+    pub gvrs: BTreeMap<String, u64>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -133,6 +161,13 @@ pub struct Counts {
     pub unavailable_503: u64,
     /// GVRs no node served (a client of the other release): the API server's own 404.
     pub true_404s: u64,
+    /// Requests for GVRs not every node serves (counted by `mvproxy_skew_requests_total`).
+    pub skew_requests: u64,
+    /// Those by (client, GVR, side), client side and as the proxies counted them.
+    #[serde(skip)]
+    pub skew_sent: BTreeMap<SkewKey, u64>,
+    #[serde(skip)]
+    pub skew_counted: BTreeMap<SkewKey, u64>,
     pub discovery: DiscoveryCounts,
     pub status_codes: BTreeMap<String, u64>,
     /// Answers that contradict the request's counterfactual (expected 0).
@@ -200,6 +235,8 @@ pub struct ProxyNumbers {
     pub merge_latency_mean_ms: Option<f64>,
     /// Upper bound of the histogram bucket holding the 99th percentile.
     pub merge_latency_p99_le_ms: Option<f64>,
+    /// `mvproxy_skew_requests_total`.
+    pub skew_requests_total: u64,
 }
 
 /// One reconciliation: two numbers counted independently that must be equal.
@@ -280,6 +317,7 @@ pub fn build(inputs: &Inputs<'_>) -> Report {
         && phases
             .iter()
             .all(|p| p.counts.reconciled && p.segments.iter().all(|s| s.counts.reconciled));
+    let readiness = readiness(&total);
     Report {
         format: FORMAT,
         mvproxy_version: env!("CARGO_PKG_VERSION"),
@@ -301,6 +339,7 @@ pub fn build(inputs: &Inputs<'_>) -> Report {
         phases,
         total,
         skew: skew_rows(inputs.phases, inputs.surfaces),
+        readiness,
         reconciled,
     }
 }
@@ -348,6 +387,15 @@ fn counts(runs: &[&SegmentRun], resources: &[ApiResource], skews_ok: &[bool]) ->
             }
             if r.request.verb != Verb::Discovery {
                 sides.resource_requests += 1;
+            }
+            if let (Some(side), Some(g)) = (r.request.skew, gvr) {
+                c.skew_requests += 1;
+                let key = (
+                    r.request.agent(resources).client(),
+                    g.gvr.to_string(),
+                    side.as_str().to_owned(),
+                );
+                *c.skew_sent.entry(key).or_default() += 1;
             }
             if r.request.expect.false_404() {
                 c.false_404s += 1;
@@ -416,6 +464,7 @@ fn counts(runs: &[&SegmentRun], resources: &[ApiResource], skews_ok: &[bool]) ->
         peer: percentiles(&peer_us),
     };
     c.proxies = proxy_numbers(&metrics);
+    c.skew_counted.clone_from(&metrics.skew);
     sides.predicted_by_gvr = predicted_by_gvr;
     sides.peers_down = predicted_peers_down;
     c.checks = checks(&c, &metrics, &sides, skews_ok);
@@ -526,6 +575,21 @@ fn checks(c: &Counts, m: &Scrape, sides: &Sides, skews_ok: &[bool]) -> Vec<Check
             m.merges_built + m.merges_cached,
         ),
         check(
+            "requests for GVRs not every node serves = Σ mvproxy_skew_requests_total",
+            c.skew_requests,
+            m.skew.values().sum(),
+        ),
+        check(
+            "(client, GVR, side) whose requests differ from mvproxy_skew_requests_total",
+            0,
+            {
+                let keys: BTreeSet<&SkewKey> = c.skew_sent.keys().chain(m.skew.keys()).collect();
+                keys.iter()
+                    .filter(|k| c.skew_sent.get(**k) != m.skew.get(**k))
+                    .count() as u64
+            },
+        ),
+        check(
             "answers that contradict the counterfactual",
             0,
             c.unexpected,
@@ -559,6 +623,44 @@ fn proxy_numbers(m: &Scrape) -> ProxyNumbers {
             .merge_quantile_le(0.99)
             .filter(|le| le.is_finite())
             .map(|le| round3(le * 1000.0)),
+        skew_requests_total: m.skew.values().sum(),
+    }
+}
+
+/// The clients of each side of the skew, from the whole run's counts.
+fn readiness(total: &Counts) -> Readiness {
+    let of = |side: Side| -> Vec<ClientApis> {
+        let mut by: BTreeMap<&str, ClientApis> = BTreeMap::new();
+        for ((client, gvr, s), n) in &total.skew_sent {
+            if s != side.as_str() {
+                continue;
+            }
+            let entry = by.entry(client.as_str()).or_insert_with(|| ClientApis {
+                client: client.clone(),
+                user_agent: Agent::ALL
+                    .iter()
+                    .find(|a| a.client() == *client)
+                    .map_or("", |a| a.user_agent())
+                    .to_owned(),
+                requests: 0,
+                counted_by_mvproxy: 0,
+                gvrs: BTreeMap::new(),
+            });
+            entry.requests += n;
+            *entry.gvrs.entry(gvr.clone()).or_default() += n;
+        }
+        for ((client, _, s), n) in &total.skew_counted {
+            if s == side.as_str()
+                && let Some(entry) = by.get_mut(client.as_str())
+            {
+                entry.counted_by_mvproxy += n;
+            }
+        }
+        by.into_values().collect()
+    };
+    Readiness {
+        breaks_after_upgrade: of(Side::OldOnly),
+        breaks_on_rollback: of(Side::NewOnly),
     }
 }
 
@@ -803,6 +905,8 @@ pub fn text(r: &Report) -> String {
     let header: Vec<&str> = header.iter().map(String::as_str).collect();
     table(w, &header, &rows, 1);
     let _ = writeln!(w);
+    readiness_text(w, r);
+    let _ = writeln!(w);
     let _ = writeln!(
         w,
         "reconciliation with the 3 proxies' /metrics and /debug/discovery: {}",
@@ -843,6 +947,59 @@ pub fn text(r: &Report) -> String {
         }
     }
     out
+}
+
+/// The clients that used APIs one release does not serve, per side.
+fn readiness_text(w: &mut String, r: &Report) {
+    let sections = [
+        (
+            format!(
+                "clients that used APIs {} does not serve (they break after the upgrade; side=\"old_only\")",
+                r.releases.new
+            ),
+            &r.readiness.breaks_after_upgrade,
+        ),
+        (
+            format!(
+                "clients that used APIs only {} serves (they break on a rollback; side=\"new_only\")",
+                r.releases.new
+            ),
+            &r.readiness.breaks_on_rollback,
+        ),
+    ];
+    for (i, (title, clients)) in sections.into_iter().enumerate() {
+        if i > 0 {
+            let _ = writeln!(w);
+        }
+        let _ = writeln!(w, "{title}:");
+        if clients.is_empty() {
+            let _ = writeln!(w, "  none");
+            continue;
+        }
+        let mut rows = Vec::new();
+        for c in clients {
+            rows.push(vec![
+                format!("  {}", c.client),
+                "all".to_owned(),
+                c.requests.to_string(),
+                c.counted_by_mvproxy.to_string(),
+            ]);
+            for (gvr, n) in &c.gvrs {
+                rows.push(vec![
+                    String::new(),
+                    gvr.clone(),
+                    n.to_string(),
+                    String::new(),
+                ]);
+            }
+        }
+        table(
+            w,
+            &["  client", "gvr", "requests", "mvproxy_skew_requests_total"],
+            &rows,
+            2,
+        );
+    }
 }
 
 fn row(phase: String, segment: String, nodes: String, c: &Counts) -> Vec<String> {
