@@ -43,6 +43,10 @@ fn series(client: &str, gvr: (&str, &str, &str), side: &str) -> String {
     )
 }
 
+/// A client of `/debug/clients`: name, requests, (GVR, requests) that break after the upgrade,
+/// and on a rollback.
+type ClientSummary = (String, u64, Vec<(String, u64)>, Vec<(String, u64)>);
+
 const PSC: (&str, &str, &str) = ("resource.k8s.io", "v1alpha3", "podschedulingcontexts");
 const LC: (&str, &str, &str) = ("coordination.k8s.io", "v1beta1", "leasecandidates");
 
@@ -136,7 +140,7 @@ async fn three_agents_show_up_exactly_in_the_counter_and_debug_clients() {
         .collect();
     assert_eq!(releases["apiserver-a"], "1.34");
     assert_eq!(releases["apiserver-b"], "1.31");
-    let summary = |d: &Value| -> Vec<(String, u64, Vec<(String, u64)>, Vec<(String, u64)>)> {
+    let summary = |d: &Value| -> Vec<ClientSummary> {
         let uses = |v: &Value| -> Vec<(String, u64)> {
             v.as_array()
                 .unwrap()

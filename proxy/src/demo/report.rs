@@ -976,30 +976,51 @@ fn readiness_text(w: &mut String, r: &Report) {
             let _ = writeln!(w, "  none");
             continue;
         }
-        let mut rows = Vec::new();
-        for c in clients {
-            rows.push(vec![
-                format!("  {}", c.client),
-                "all".to_owned(),
-                c.requests.to_string(),
-                c.counted_by_mvproxy.to_string(),
-            ]);
-            for (gvr, n) in &c.gvrs {
-                rows.push(vec![
-                    String::new(),
-                    gvr.clone(),
-                    n.to_string(),
-                    String::new(),
-                ]);
-            }
-        }
+        let rows: Vec<Vec<String>> = clients
+            .iter()
+            .map(|c| {
+                vec![
+                    format!("  {}", c.client),
+                    c.requests.to_string(),
+                    c.counted_by_mvproxy.to_string(),
+                    c.gvrs.len().to_string(),
+                ]
+            })
+            .collect();
         table(
             w,
-            &["  client", "gvr", "requests", "mvproxy_skew_requests_total"],
+            &[
+                "  client",
+                "requests",
+                "mvproxy_skew_requests_total",
+                "gvrs",
+            ],
             &rows,
-            2,
+            1,
         );
+        for c in clients {
+            let _ = writeln!(w, "  {}: {}", c.client, top_gvrs(&c.gvrs, GVRS_SHOWN));
+        }
     }
+}
+
+/// GVRs listed per client in the text report.
+const GVRS_SHOWN: usize = 3;
+
+/// The `n` most requested GVRs, `gvr count` joined, and how many more.
+fn top_gvrs(gvrs: &BTreeMap<String, u64>, n: usize) -> String {
+    let mut items: Vec<(&String, &u64)> = gvrs.iter().collect();
+    items.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+    let mut text = items
+        .iter()
+        .take(n)
+        .map(|(g, c)| format!("{g} {c}"))
+        .collect::<Vec<_>>()
+        .join(" · ");
+    if items.len() > n {
+        let _ = write!(text, " · {} more", items.len() - n);
+    }
+    text
 }
 
 fn row(phase: String, segment: String, nodes: String, c: &Counts) -> Vec<String> {

@@ -166,11 +166,21 @@ mod tests {
         })
     }
 
+    /// User-Agent, program, version, service account, component, client label.
+    type Case = (
+        &'static [u8],
+        &'static str,
+        Option<&'static str>,
+        Option<ServiceAccount>,
+        Option<&'static str>,
+        &'static str,
+    );
+
     #[test]
     fn real_user_agents() {
         // (User-Agent, program, version, service account, component, client label)
         #[rustfmt::skip]
-        let cases: Vec<(&[u8], &str, Option<&str>, Option<ServiceAccount>, Option<&str>, &str)> = vec![
+        let cases: Vec<Case> = vec![
             (b"kubectl/v1.31.0 (linux/amd64) kubernetes/9edcffc",
              "kubectl", Some("v1.31.0"), None, None, "kubectl"),
             (b"kubectl1.34/v1.34.1 (darwin/arm64) kubernetes/93248f9",
