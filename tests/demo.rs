@@ -43,7 +43,7 @@ fn demo(args: &[&str]) -> Output {
 }
 
 fn schema() -> Value {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../proxy/src/demo/report.schema.json");
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../proxy/demo/src/report.schema.json");
     let text = std::fs::read_to_string(&path).expect("the schema is in the repository");
     serde_json::from_str(&text).expect("the schema is JSON")
 }
@@ -67,7 +67,7 @@ fn n(v: &Value) -> u64 {
 
 /// GVRs served by both releases, from the embedded catalog.
 fn common_gvrs() -> Vec<String> {
-    mvproxy::demo::catalog::resources()
+    mvproxy_demo::catalog::resources()
         .into_iter()
         .filter(|r| r.old && r.new)
         .map(|r| r.gvr.to_string())

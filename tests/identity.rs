@@ -191,12 +191,18 @@ async fn a_spoofed_identity_never_reaches_an_api_server() {
 async fn a_certificate_s_service_account_names_the_client_a_spoofed_one_does_not() {
     let s = setup().await;
     let ca = s.cluster_ca.cert_file();
-    let ua = ("user-agent", "kubectl/v1.31.0 (linux/amd64) kubernetes/9edcffc");
+    let ua = (
+        "user-agent",
+        "kubectl/v1.31.0 (linux/amd64) kubernetes/9edcffc",
+    );
     let r = https_get(s.proxy_a.listen, OLD_ONLY, &ca, Some(&s.deployer), &[ua])
         .await
         .unwrap();
     assert_eq!(r.status, StatusCode::OK, "{}", r.text());
-    let spoof = [ua, ("x-remote-user", "system:serviceaccount:kube-system:admin")];
+    let spoof = [
+        ua,
+        ("x-remote-user", "system:serviceaccount:kube-system:admin"),
+    ];
     let r = https_get(s.proxy_a.listen, OLD_ONLY, &ca, None, &spoof)
         .await
         .unwrap();
@@ -216,7 +222,11 @@ async fn a_certificate_s_service_account_names_the_client_a_spoofed_one_does_not
             )
         })
         .collect();
-    assert_eq!(clients, [("kubectl", 1), ("kubectl (sa ci/deployer)", 1)], "{d}");
+    assert_eq!(
+        clients,
+        [("kubectl", 1), ("kubectl (sa ci/deployer)", 1)],
+        "{d}"
+    );
     // B received A's hop with the certificate's identity and counted nothing itself.
     let d = get(&format!("{}/debug/clients", s.proxy_b.admin_url()), &[])
         .await

@@ -8,6 +8,7 @@ mod cli;
 mod cluster;
 mod demo;
 mod discovery;
+mod discovery_agreement;
 mod identity;
 mod limits;
 mod metrics;

@@ -18,7 +18,7 @@ use hyper_util::rt::TokioExecutor;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
-pub use mvproxy::standin::{RecordedRequest, Running as StandInRunning, StandIn};
+pub use mvproxy_standin::{RecordedRequest, Running as StandInRunning, StandIn};
 
 pub mod conn;
 pub mod otlp;
