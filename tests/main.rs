@@ -14,6 +14,7 @@ mod limits;
 mod metrics;
 mod observability;
 mod peer_sources;
+mod readiness;
 mod routing;
 mod tls;
 mod tls_files;

@@ -60,6 +60,17 @@ pub async fn standin(name: &str, apis: &str) -> StandInRunning {
         .expect("stand-in starts")
 }
 
+/// Starts a stand-in API server on a free loopback port whose `/version` reports
+/// `git_version` (the release mvproxy judges the skew's sides by).
+pub async fn standin_release(name: &str, apis: &str, git_version: &str) -> StandInRunning {
+    StandIn::new(name, apis)
+        .expect("fixture parses")
+        .git_version(git_version)
+        .start("127.0.0.1:0".parse().expect("addr"))
+        .await
+        .expect("stand-in starts")
+}
+
 /// The `mvproxy` binary built from this workspace (`cargo build` puts it beside `deps/`).
 pub fn mvproxy_bin() -> PathBuf {
     let exe = std::env::current_exe().expect("test binary path");

@@ -1,4 +1,5 @@
-//! The admin listener: health, readiness, metrics and what mvproxy believes about its servers.
+//! The admin listener: health, readiness, metrics, what mvproxy believes about its servers
+//! (`/debug/discovery`) and which clients use the GVRs of the skew (`/debug/clients`).
 //!
 //! Kept off the proxy listener so that an API path can never collide with an admin path and
 //! so that scraping works even when the proxy port is behind TLS and client auth.
@@ -16,12 +17,14 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::discovery::{Cache, ServerState};
+use crate::readiness::Readiness;
 
 /// What the admin endpoints read.
 #[derive(Clone)]
 pub struct Admin {
     pub cache: Arc<Cache>,
     pub registry: Arc<Registry>,
+    pub readiness: Arc<Readiness>,
 }
 
 /// The admin router.
@@ -32,6 +35,7 @@ pub fn router(admin: Admin) -> Router {
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .route("/debug/discovery", get(debug_discovery))
+        .route("/debug/clients", get(debug_clients))
         .with_state(admin)
 }
 
@@ -89,6 +93,12 @@ async fn debug_discovery(State(admin): State<Admin>) -> Response {
     axum::Json(body).into_response()
 }
 
+/// Per client, the GVRs of the skew it used: those that break after the upgrade, those that
+/// break on a rollback (see `crate::readiness`).
+async fn debug_clients(State(admin): State<Admin>) -> Response {
+    axum::Json(admin.readiness.report(&admin.cache.load())).into_response()
+}
+
 fn server_json(s: &ServerState) -> serde_json::Value {
     json!({
         "id": s.name.as_str(),
@@ -98,6 +108,7 @@ fn server_json(s: &ServerState) -> serde_json::Value {
         "error": s.error,
         "last_fetch": s.last_fetch.and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok()).map(|d| d.as_secs_f64()),
         "gvrs": s.view.as_ref().map_or(0, |v| v.gvr_count()),
+        "git_version": s.view.as_ref().and_then(|v| v.version.as_ref()).map(|v| v.git_version.as_str()),
     })
 }
 

@@ -23,6 +23,7 @@ use crate::forward::{ClientSettings, Upstream, port_of};
 use crate::identity::Authenticator;
 use crate::kubeconfig::KubeConfig;
 use crate::peers::{Kind, KubeSource};
+use crate::readiness::Readiness;
 use crate::server::{self, App};
 use crate::tls::reload::Reloader;
 use crate::tls::{self, TlsError};
@@ -234,6 +235,11 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
             metrics: metrics.clone(),
         }),
     };
+    let readiness = Arc::new(Readiness::new(
+        config.max_tracked_clients,
+        metrics.clone(),
+        config.header_names.user.clone(),
+    ));
     let app = Arc::new(App {
         auth,
         server_id: config.server_id.clone(),
@@ -242,10 +248,12 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
         cache: cache.clone(),
         metrics,
         limits: config.limits,
+        readiness: readiness.clone(),
     });
     let admin = Admin {
         cache: cache.clone(),
         registry: Arc::new(registry),
+        readiness,
     };
     let tasks = tokio::spawn({
         let shutdown = shutdown.clone();

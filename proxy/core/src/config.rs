@@ -180,6 +180,10 @@ pub struct ServeArgs {
     /// Most client connections open at once; a new one over it gets 503 [default: 4096]
     #[arg(long)]
     pub max_connections: Option<u64>,
+    /// Most distinct clients named in mvproxy_skew_requests_total and /debug/clients; later
+    /// ones count as "other" [default: 100]
+    #[arg(long)]
+    pub max_tracked_clients: Option<u64>,
 }
 
 /// Scheme of peer addresses read from Leases or EndpointSlices.
@@ -248,6 +252,8 @@ pub struct Config {
     pub tls_reload_interval: Duration,
     pub insecure_skip_tls_verify: bool,
     pub limits: Limits,
+    /// Clients named by `crate::readiness` before the rest count as `other`.
+    pub max_tracked_clients: usize,
 }
 
 impl ServeArgs {
@@ -333,6 +339,7 @@ impl ServeArgs {
                 .max_discovery_document_bytes
                 .or(file.max_discovery_document_bytes),
             max_connections: self.max_connections.or(file.max_connections),
+            max_tracked_clients: self.max_tracked_clients.or(file.max_tracked_clients),
         }
     }
 
@@ -656,6 +663,13 @@ impl ServeArgs {
                     1 << 20,
                 )?,
             },
+            max_tracked_clients: bounded(
+                "max-tracked-clients",
+                self.max_tracked_clients,
+                crate::readiness::clients::DEFAULT_MAX_CLIENTS,
+                1,
+                10_000,
+            )?,
         })
     }
 }

@@ -16,7 +16,9 @@
 //! - [`error`]: every failure mvproxy answers itself, as a Kubernetes `Status`;
 //! - [`server`] ties them together per request and runs the listener, with [`spans`] for
 //!   the trace of each request; [`admin`] serves health, readiness, metrics and
-//!   `/debug/discovery`.
+//!   `/debug/discovery`; [`readiness`] records which clients use GVRs that not every server
+//!   serves, and on which side of the upgrade (`mvproxy_skew_requests_total`,
+//!   `/debug/clients`).
 //!
 //! [`peers`] finds peers in the cluster (identity Leases or EndpointSlices), read from the local
 //! API server or through a [`kubeconfig`].
@@ -41,6 +43,7 @@ pub mod identity;
 pub mod kubeconfig;
 pub mod limits;
 pub mod peers;
+pub mod readiness;
 pub mod route;
 pub mod server;
 pub mod spans;

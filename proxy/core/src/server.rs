@@ -32,6 +32,7 @@ use crate::error::ProxyError;
 use crate::forward::{Body, Upstream, full};
 use crate::identity::{Authenticator, ClientIdentity};
 use crate::limits::{self, LimitedBody, Limits};
+use crate::readiness::Readiness;
 use crate::route::{LocalReason, MergedFormat, Route, decide};
 use crate::spans;
 
@@ -46,10 +47,13 @@ pub struct App {
     pub cache: Arc<Cache>,
     pub metrics: Arc<Metrics>,
     pub limits: Limits,
+    /// Who uses the GVRs of the skew (`mvproxy_skew_requests_total`, `/debug/clients`).
+    pub readiness: Arc<Readiness>,
 }
 
 /// Handles one request from a client with `identity`: classify → look up and decide →
-/// forward → record.
+/// forward → record. A request for a GVR in the skew is also recorded with its client
+/// ([`Readiness::observe`], once identity headers are settled).
 pub async fn handle(
     app: Arc<App>,
     identity: Arc<ClientIdentity>,
@@ -84,6 +88,7 @@ pub async fn handle(
 
     // 3. forward, or answer
     app.auth.apply(&identity, req.headers_mut());
+    app.readiness.observe(&snap, &info, &route, req.headers());
     let result = respond(&app, &snap, &span, &info, &route, req)
         .instrument(span.clone())
         .await;

@@ -98,7 +98,7 @@ impl Client {
         let mut builder = HttpRequest::builder()
             .method(req.method())
             .uri(format!("{base}{}", req.path(resources)))
-            .header(USER_AGENT, "mvproxy-demo");
+            .header(USER_AGENT, req.agent(resources).user_agent());
         match req.verb {
             Verb::Discovery => {
                 builder = builder.header(ACCEPT, CONTENT_TYPE_V2);

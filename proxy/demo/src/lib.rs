@@ -283,10 +283,12 @@ fn announce(args: &DemoArgs, phases: &[plan::Phase], surfaces: &Surfaces, digest
         count(Release::New)
     );
     eprintln!("  each behind a real mvproxy with the other two proxies as peers;");
+    eprintln!("  kubectl, kube-controller-manager's garbage collector and an operator still on");
     eprintln!(
-        "  clients send {} req/s (list, get, watch, create, GET /apis) through a load balancer",
+        "  flowcontrol.apiserver.k8s.io/v1beta3 send {} req/s (list, get, watch, create,",
         args.rate
     );
+    eprintln!("  GET /apis) through a load balancer");
     eprintln!(
         "  over the proxies in rotation; seed {} ({digest})",
         args.seed

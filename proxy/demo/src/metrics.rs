@@ -34,7 +34,12 @@ pub(crate) struct Scrape {
     pub(crate) merge_buckets: Vec<(f64, u64)>,
     pub(crate) merge_seconds: f64,
     pub(crate) merge_count: u64,
+    /// `mvproxy_skew_requests_total`, by (`client`, GVR, `side`).
+    pub(crate) skew: BTreeMap<SkewKey, u64>,
 }
+
+/// A series of `mvproxy_skew_requests_total`: client, GVR (`group/version/resource`), side.
+pub(crate) type SkewKey = (String, String, String);
 
 impl Scrape {
     /// Sum of all reroutes.
@@ -58,6 +63,9 @@ impl Scrape {
         self.merge_seconds += other.merge_seconds;
         self.merge_count += other.merge_count;
         add_buckets(&mut self.merge_buckets, &other.merge_buckets);
+        for (k, v) in &other.skew {
+            *self.skew.entry(k.clone()).or_default() += v;
+        }
     }
 
     /// What happened between `earlier` and `self` (counters only grow while proxies run).
@@ -98,6 +106,17 @@ impl Scrape {
                 .collect(),
             merge_seconds: (self.merge_seconds - earlier.merge_seconds).max(0.0),
             merge_count: self.merge_count.saturating_sub(earlier.merge_count),
+            skew: self
+                .skew
+                .iter()
+                .map(|(k, v)| {
+                    (
+                        k.clone(),
+                        v.saturating_sub(earlier.skew.get(k).copied().unwrap_or(0)),
+                    )
+                })
+                .filter(|(_, v)| *v > 0)
+                .collect(),
         }
     }
 
@@ -178,6 +197,18 @@ pub(crate) fn parse(text: &str) -> Scrape {
             }
             "mvproxy_discovery_merge_duration_seconds_sum" => s.merge_seconds += sample.value,
             "mvproxy_discovery_merge_duration_seconds_count" => s.merge_count += count,
+            "mvproxy_skew_requests_total" => {
+                let key = (
+                    sample.label("client").to_owned(),
+                    gvr(
+                        sample.label("group"),
+                        sample.label("version"),
+                        sample.label("resource"),
+                    ),
+                    sample.label("side").to_owned(),
+                );
+                *s.skew.entry(key).or_default() += count;
+            }
             _ => {}
         }
     }
@@ -326,6 +357,8 @@ mvproxy_discovery_merge_duration_seconds_count 1
 mvproxy_discovery_merge_duration_seconds_bucket{le="0.0001"} 0
 mvproxy_discovery_merge_duration_seconds_bucket{le="0.00025"} 1
 mvproxy_discovery_merge_duration_seconds_bucket{le="+Inf"} 1
+mvproxy_skew_requests_total{client="kube-controller-manager (sa kube-system/generic-garbage-collector)",group="flowcontrol.apiserver.k8s.io",version="v1beta3",resource="flowschemas",side="old_only"} 4
+mvproxy_skew_requests_total{client="kubectl",group="",version="v1",resource="pods",side="partial"} 1
 odd{label="a \"quoted\" \\ value"} 1
 "#;
 
@@ -341,6 +374,23 @@ odd{label="a \"quoted\" \\ value"} 1
         assert_eq!((s.merges_built, s.merges_cached), (1, 5));
         assert_eq!(s.merge_count, 1);
         assert_eq!(s.merge_quantile_le(0.99), Some(0.00025));
+        let key = |c: &str, g: &str, side: &str| (c.to_owned(), g.to_owned(), side.to_owned());
+        assert_eq!(
+            s.skew,
+            [
+                (
+                    key(
+                        "kube-controller-manager (sa kube-system/generic-garbage-collector)",
+                        "flowcontrol.apiserver.k8s.io/v1beta3/flowschemas",
+                        "old_only"
+                    ),
+                    4
+                ),
+                (key("kubectl", "v1/pods", "partial"), 1),
+            ]
+            .into_iter()
+            .collect()
+        );
     }
 
     #[test]
@@ -353,6 +403,7 @@ odd{label="a \"quoted\" \\ value"} 1
         let delta = two.since(&one);
         assert_eq!(delta.rerouted, one.rerouted);
         assert_eq!(delta.peers_down, 3);
+        assert_eq!(delta.skew, one.skew);
         assert_eq!(
             one.since(&one),
             Scrape {

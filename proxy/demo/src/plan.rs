@@ -11,13 +11,14 @@
 //! lacking its GVR while another server serves it would have been a `404 Not Found` without
 //! mvproxy. The runner then checks every answer and mvproxy's own metrics against it.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashSet};
 use std::time::Duration;
 
 use serde::Serialize;
 
 use super::catalog::{self, Release};
 use mvproxy::classify::Gvr;
+use mvproxy::readiness::side::{self, Side, Surface};
 
 /// Number of control-plane nodes.
 pub(crate) const NODES: usize = 3;
@@ -76,13 +77,22 @@ impl Expect {
 pub(crate) struct Surfaces {
     old: BTreeSet<Gvr>,
     new: BTreeSet<Gvr>,
+    /// The same, as the skew's judgement takes them.
+    old_set: HashSet<Gvr>,
+    new_set: HashSet<Gvr>,
 }
 
 impl Surfaces {
     pub(crate) fn new() -> Self {
+        let (old, new) = (
+            catalog::surface(Release::Old),
+            catalog::surface(Release::New),
+        );
         Self {
-            old: catalog::surface(Release::Old),
-            new: catalog::surface(Release::New),
+            old_set: old.iter().cloned().collect(),
+            new_set: new.iter().cloned().collect(),
+            old,
+            new,
         }
     }
 
@@ -150,6 +160,24 @@ impl ClusterState {
                 (!by.is_empty() && by.len() < NODES).then(|| (gvr.clone(), by))
             })
             .collect()
+    }
+
+    /// Which side of the skew serves `gvr` (`None` outside the skew), judged as mvproxy judges
+    /// it from the servers' `/version`: every node counts, a node that is down with its
+    /// last-known surface and release.
+    pub(crate) fn side(&self, surfaces: &Surfaces, gvr: &Gvr) -> Option<Side> {
+        let servers: Vec<Surface<'_>> = self
+            .nodes
+            .iter()
+            .map(|n| Surface {
+                release: side::Release::from_version_info(n.release.git_version(), "", ""),
+                gvrs: match n.release {
+                    Release::Old => &surfaces.old_set,
+                    Release::New => &surfaces.new_set,
+                },
+            })
+            .collect();
+        side::judge(gvr, &servers)
     }
 
     /// Whether both releases are serving at once.
@@ -295,6 +323,12 @@ mod tests {
         let all_new = p[4].segments[0].state;
         assert_eq!(all_new.expect(&s, 2, &old_only), Expect::TrueNotFound);
         assert!(all_new.skew(&s).is_empty());
+        assert_eq!(all_new.side(&s, &old_only), None);
+        assert_eq!(node1.side(&s, &old_only), Some(Side::OldOnly));
+        assert_eq!(node1.side(&s, &new_only), Some(Side::NewOnly));
+        assert_eq!(node1.side(&s, &pods), None);
+        assert_eq!(node3_down.side(&s, &old_only), Some(Side::OldOnly));
+        assert_eq!(p[1].segments[0].state.side(&s, &old_only), None);
         assert_eq!(node1.skew(&s).len(), 28);
     }
 }

@@ -24,10 +24,11 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use super::catalog::{ApiResource, Release};
-use super::metrics::Scrape;
+use super::metrics::{Scrape, SkewKey};
 use super::plan::{Expect, NODES, Phase, SegmentKind, Surfaces, node_name};
 use super::run::{Record, SegmentRun};
-use super::workload::{Verb, Workload};
+use super::workload::{Agent, Verb, Workload};
+use mvproxy::readiness::side::Side;
 
 /// The JSON schema of [`Report`] (`tests/demo.rs` checks real reports against the file).
 #[cfg(test)]
@@ -51,8 +52,35 @@ pub(crate) struct Report {
     pub(crate) phases: Vec<PhaseReport>,
     pub(crate) total: Counts,
     pub(crate) skew: Vec<SkewRow>,
+    /// The clients that depend on the skew, as `mvproxy_skew_requests_total` counts them.
+    pub(crate) readiness: Readiness,
     /// Every check of every segment, phase and the total held.
     pub(crate) reconciled: bool,
+}
+
+/// Who would break: the simulated clients that used GVRs on one side of the skew.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Readiness {
+    /// Clients that used APIs the new release does not serve (`side="old_only"`): these
+    /// requests fail once the upgrade completes.
+    pub(crate) breaks_after_upgrade: Vec<ClientApis>,
+    /// Clients that used APIs only the new release serves (`side="new_only"`): these requests
+    /// fail on a rollback.
+    pub(crate) breaks_on_rollback: Vec<ClientApis>,
+}
+
+/// One client and the GVRs of one side of the skew it used.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct ClientApis {
+    /// The `client` label.
+    pub(crate) client: String,
+    pub(crate) user_agent: String,
+    /// Requests it sent for these GVRs (client side).
+    pub(crate) requests: u64,
+    /// The same, summed from the proxies' `mvproxy_skew_requests_total`.
+    pub(crate) counted_by_mvproxy: u64,
+    /// Requests by GVR (client side).
+    pub(crate) gvrs: BTreeMap<String, u64>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -134,6 +162,13 @@ pub(crate) struct Counts {
     pub(crate) unavailable_503: u64,
     /// GVRs no node served (a client of the other release): the API server's own 404.
     pub(crate) true_404s: u64,
+    /// Requests for GVRs not every node serves (counted by `mvproxy_skew_requests_total`).
+    pub(crate) skew_requests: u64,
+    /// Those by (client, GVR, side), client side and as the proxies counted them.
+    #[serde(skip)]
+    pub(crate) skew_sent: BTreeMap<SkewKey, u64>,
+    #[serde(skip)]
+    pub(crate) skew_counted: BTreeMap<SkewKey, u64>,
     pub(crate) discovery: DiscoveryCounts,
     pub(crate) status_codes: BTreeMap<String, u64>,
     /// Answers that contradict the request's counterfactual (expected 0).
@@ -201,6 +236,8 @@ pub(crate) struct ProxyNumbers {
     pub(crate) merge_latency_mean_ms: Option<f64>,
     /// Upper bound of the histogram bucket holding the 99th percentile.
     pub(crate) merge_latency_p99_le_ms: Option<f64>,
+    /// `mvproxy_skew_requests_total`.
+    pub(crate) skew_requests_total: u64,
 }
 
 /// One reconciliation: two numbers counted independently that must be equal.
@@ -281,6 +318,7 @@ pub(crate) fn build(inputs: &Inputs<'_>) -> Report {
         && phases
             .iter()
             .all(|p| p.counts.reconciled && p.segments.iter().all(|s| s.counts.reconciled));
+    let readiness = readiness(&total);
     Report {
         format: FORMAT,
         mvproxy_version: env!("CARGO_PKG_VERSION"),
@@ -302,6 +340,7 @@ pub(crate) fn build(inputs: &Inputs<'_>) -> Report {
         phases,
         total,
         skew: skew_rows(inputs.phases, inputs.surfaces),
+        readiness,
         reconciled,
     }
 }
@@ -349,6 +388,15 @@ fn counts(runs: &[&SegmentRun], resources: &[ApiResource], skews_ok: &[bool]) ->
             }
             if r.request.verb != Verb::Discovery {
                 sides.resource_requests += 1;
+            }
+            if let (Some(side), Some(g)) = (r.request.skew, gvr) {
+                c.skew_requests += 1;
+                let key = (
+                    r.request.agent(resources).client(),
+                    g.gvr.to_string(),
+                    side.as_str().to_owned(),
+                );
+                *c.skew_sent.entry(key).or_default() += 1;
             }
             if r.request.expect.false_404() {
                 c.false_404s += 1;
@@ -417,6 +465,7 @@ fn counts(runs: &[&SegmentRun], resources: &[ApiResource], skews_ok: &[bool]) ->
         peer: percentiles(&peer_us),
     };
     c.proxies = proxy_numbers(&metrics);
+    c.skew_counted.clone_from(&metrics.skew);
     sides.predicted_by_gvr = predicted_by_gvr;
     sides.peers_down = predicted_peers_down;
     c.checks = checks(&c, &metrics, &sides, skews_ok);
@@ -527,6 +576,21 @@ fn checks(c: &Counts, m: &Scrape, sides: &Sides, skews_ok: &[bool]) -> Vec<Check
             m.merges_built + m.merges_cached,
         ),
         check(
+            "requests for GVRs not every node serves = Σ mvproxy_skew_requests_total",
+            c.skew_requests,
+            m.skew.values().sum(),
+        ),
+        check(
+            "(client, GVR, side) whose requests differ from mvproxy_skew_requests_total",
+            0,
+            {
+                let keys: BTreeSet<&SkewKey> = c.skew_sent.keys().chain(m.skew.keys()).collect();
+                keys.iter()
+                    .filter(|k| c.skew_sent.get(**k) != m.skew.get(**k))
+                    .count() as u64
+            },
+        ),
+        check(
             "answers that contradict the counterfactual",
             0,
             c.unexpected,
@@ -560,6 +624,44 @@ fn proxy_numbers(m: &Scrape) -> ProxyNumbers {
             .merge_quantile_le(0.99)
             .filter(|le| le.is_finite())
             .map(|le| round3(le * 1000.0)),
+        skew_requests_total: m.skew.values().sum(),
+    }
+}
+
+/// The clients of each side of the skew, from the whole run's counts.
+fn readiness(total: &Counts) -> Readiness {
+    let of = |side: Side| -> Vec<ClientApis> {
+        let mut by: BTreeMap<&str, ClientApis> = BTreeMap::new();
+        for ((client, gvr, s), n) in &total.skew_sent {
+            if s != side.as_str() {
+                continue;
+            }
+            let entry = by.entry(client.as_str()).or_insert_with(|| ClientApis {
+                client: client.clone(),
+                user_agent: Agent::ALL
+                    .iter()
+                    .find(|a| a.client() == *client)
+                    .map_or("", |a| a.user_agent())
+                    .to_owned(),
+                requests: 0,
+                counted_by_mvproxy: 0,
+                gvrs: BTreeMap::new(),
+            });
+            entry.requests += n;
+            *entry.gvrs.entry(gvr.clone()).or_default() += n;
+        }
+        for ((client, _, s), n) in &total.skew_counted {
+            if s == side.as_str()
+                && let Some(entry) = by.get_mut(client.as_str())
+            {
+                entry.counted_by_mvproxy += n;
+            }
+        }
+        by.into_values().collect()
+    };
+    Readiness {
+        breaks_after_upgrade: of(Side::OldOnly),
+        breaks_on_rollback: of(Side::NewOnly),
     }
 }
 
@@ -804,6 +906,8 @@ pub(crate) fn text(r: &Report) -> String {
     let header: Vec<&str> = header.iter().map(String::as_str).collect();
     table(w, &header, &rows, 1);
     let _ = writeln!(w);
+    readiness_text(w, r);
+    let _ = writeln!(w);
     let _ = writeln!(
         w,
         "reconciliation with the 3 proxies' /metrics and /debug/discovery: {}",
@@ -844,6 +948,80 @@ pub(crate) fn text(r: &Report) -> String {
         }
     }
     out
+}
+
+/// The clients that used APIs one release does not serve, per side.
+fn readiness_text(w: &mut String, r: &Report) {
+    let sections = [
+        (
+            format!(
+                "clients that used APIs {} does not serve (they break after the upgrade; side=\"old_only\")",
+                r.releases.new
+            ),
+            &r.readiness.breaks_after_upgrade,
+        ),
+        (
+            format!(
+                "clients that used APIs only {} serves (they break on a rollback; side=\"new_only\")",
+                r.releases.new
+            ),
+            &r.readiness.breaks_on_rollback,
+        ),
+    ];
+    for (i, (title, clients)) in sections.into_iter().enumerate() {
+        if i > 0 {
+            let _ = writeln!(w);
+        }
+        let _ = writeln!(w, "{title}:");
+        if clients.is_empty() {
+            let _ = writeln!(w, "  none");
+            continue;
+        }
+        let rows: Vec<Vec<String>> = clients
+            .iter()
+            .map(|c| {
+                vec![
+                    format!("  {}", c.client),
+                    c.requests.to_string(),
+                    c.counted_by_mvproxy.to_string(),
+                    c.gvrs.len().to_string(),
+                ]
+            })
+            .collect();
+        table(
+            w,
+            &[
+                "  client",
+                "requests",
+                "mvproxy_skew_requests_total",
+                "gvrs",
+            ],
+            &rows,
+            1,
+        );
+        for c in clients {
+            let _ = writeln!(w, "  {}: {}", c.client, top_gvrs(&c.gvrs, GVRS_SHOWN));
+        }
+    }
+}
+
+/// GVRs listed per client in the text report.
+const GVRS_SHOWN: usize = 3;
+
+/// The `n` most requested GVRs, `gvr count` joined, and how many more.
+fn top_gvrs(gvrs: &BTreeMap<String, u64>, n: usize) -> String {
+    let mut items: Vec<(&String, &u64)> = gvrs.iter().collect();
+    items.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+    let mut text = items
+        .iter()
+        .take(n)
+        .map(|(g, c)| format!("{g} {c}"))
+        .collect::<Vec<_>>()
+        .join(" · ");
+    if items.len() > n {
+        let _ = write!(text, " · {} more", items.len() - n);
+    }
+    text
 }
 
 fn row(phase: String, segment: String, nodes: String, c: &Counts) -> Vec<String> {

@@ -23,6 +23,7 @@ use sha2::{Digest, Sha256};
 
 use super::catalog::{self, ApiResource};
 use super::plan::{Expect, Phase, SegmentKind, Surfaces, node_name};
+use mvproxy::readiness::side::Side;
 
 /// GVRs that controllers and kubectl use most, as `group/version/resource` (core: `v1/…`).
 const HOT: &[&str] = &[
@@ -118,6 +119,59 @@ impl Verb {
     }
 }
 
+/// The simulated clients, each with a `User-Agent` as its real counterpart writes it (see
+/// [`mvproxy::readiness::agent`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum Agent {
+    /// kubectl: discovery, gets and creates.
+    Kubectl,
+    /// kube-controller-manager's garbage collector: lists and watches of every resource, as
+    /// its own ServiceAccount (`--use-service-account-credentials`).
+    ControllerManager,
+    /// An operator still on `flowcontrol.apiserver.k8s.io/v1beta3`, which 1.32 removed.
+    Operator,
+}
+
+/// The group-version the operator uses, served by 1.31 and not by 1.34.
+pub(crate) const OPERATOR_GROUP_VERSION: (&str, &str) = ("flowcontrol.apiserver.k8s.io", "v1beta3");
+
+impl Agent {
+    /// Every agent, in report order.
+    pub(crate) const ALL: [Agent; 3] = [Agent::Kubectl, Agent::ControllerManager, Agent::Operator];
+
+    /// The `User-Agent` it sends.
+    pub(crate) fn user_agent(self) -> &'static str {
+        match self {
+            Self::Kubectl => "kubectl/v1.31.0 (linux/amd64) kubernetes/9edcffc",
+            Self::ControllerManager => {
+                "kube-controller-manager/v1.31.0 (linux/amd64) kubernetes/9edcffc/system:serviceaccount:kube-system:generic-garbage-collector"
+            }
+            Self::Operator => "flowschema-tuner/v0.4.2 (linux/amd64) kubernetes/$Format",
+        }
+    }
+
+    /// The `client` label mvproxy gives it.
+    pub(crate) fn client(self) -> String {
+        mvproxy::readiness::agent::parse(self.user_agent().as_bytes()).client()
+    }
+
+    /// Who sends a request: a function of the request alone, so the seed's sequence is
+    /// unchanged. The operator sends everything on its group-version; kubectl the discovery,
+    /// gets and creates; the controller manager the lists and watches.
+    pub(crate) fn of(verb: Verb, resource: Option<&ApiResource>) -> Agent {
+        if let Some(r) = resource
+            && (r.gvr.group.as_str(), r.gvr.version.as_str()) == OPERATOR_GROUP_VERSION
+        {
+            return Agent::Operator;
+        }
+        match verb {
+            Verb::List | Verb::Watch => Agent::ControllerManager,
+            Verb::Get | Verb::Create | Verb::Discovery => Agent::Kubectl,
+        }
+    }
+}
+
 /// One planned request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Request {
@@ -132,6 +186,9 @@ pub(crate) struct Request {
     pub(crate) resource: Option<usize>,
     /// What it must meet, from the discovery documents (see [`super::plan`]).
     pub(crate) expect: Expect,
+    /// The side of the skew its GVR is on, if it is in the skew: what mvproxy must count in
+    /// `mvproxy_skew_requests_total`.
+    pub(crate) skew: Option<Side>,
 }
 
 /// The whole run's requests, per phase and segment.
@@ -181,6 +238,7 @@ pub(crate) fn generate(phases: &[Phase], surfaces: &Surfaces, seed: u64, rate: u
                                     verb: Verb::Discovery,
                                     resource: None,
                                     expect: Expect::Discovery,
+                                    skew: None,
                                 }
                             } else {
                                 let r = pick(&weights, rng.below(total));
@@ -192,6 +250,7 @@ pub(crate) fn generate(phases: &[Phase], surfaces: &Surfaces, seed: u64, rate: u
                                     verb,
                                     resource: Some(r),
                                     expect: state.expect(surfaces, node, &resources[r].gvr),
+                                    skew: state.side(surfaces, &resources[r].gvr),
                                 }
                             };
                             seq += 1;
@@ -248,6 +307,11 @@ fn verb(r: &ApiResource, rng: &mut Rng) -> Verb {
 }
 
 impl Request {
+    /// The client that sends it.
+    pub(crate) fn agent(&self, resources: &[ApiResource]) -> Agent {
+        Agent::of(self.verb, self.resource.and_then(|i| resources.get(i)))
+    }
+
     pub(crate) fn method(&self) -> Method {
         match self.verb {
             Verb::Create => Method::POST,
@@ -324,6 +388,8 @@ pub(crate) struct PlanLine<'a> {
     pub(crate) path: String,
     pub(crate) verb: Verb,
     pub(crate) expect: Expect,
+    /// The `User-Agent` it is sent with.
+    pub(crate) user_agent: &'static str,
 }
 
 impl Workload {
@@ -359,6 +425,7 @@ impl Workload {
                             path: r.path(&self.resources),
                             verb: r.verb,
                             expect: r.expect,
+                            user_agent: r.agent(&self.resources).user_agent(),
                         })
                     })
             })
@@ -474,6 +541,7 @@ mod tests {
             verb,
             resource: Some(idx(r)),
             expect: Expect::Local,
+            skew: None,
         };
         assert_eq!(
             req(Verb::Get, "v1/pods", 3).path(&resources),
@@ -495,5 +563,36 @@ mod tests {
         assert_eq!(v["kind"], "Lease");
         assert_eq!(v["metadata"]["name"], "demo-9");
         assert_eq!(v["metadata"]["namespace"], "default");
+    }
+
+    #[test]
+    fn three_clients_with_realistic_user_agents() {
+        let (_, w) = plan(3);
+        let all: Vec<&Request> = w.requests.iter().flatten().flatten().collect();
+        let mut by = std::collections::BTreeMap::new();
+        for r in &all {
+            *by.entry(r.agent(&w.resources)).or_insert(0) += 1;
+            if r.agent(&w.resources) == Agent::Operator {
+                let gvr = &w.resources[r.resource.unwrap()].gvr;
+                assert_eq!(gvr.group, "flowcontrol.apiserver.k8s.io");
+                assert_eq!(gvr.version, "v1beta3");
+            }
+        }
+        assert!(
+            Agent::ALL.iter().all(|a| by.get(a).is_some_and(|n| *n > 0)),
+            "{by:?}"
+        );
+        assert_eq!(Agent::Kubectl.client(), "kubectl");
+        assert_eq!(
+            Agent::ControllerManager.client(),
+            "kube-controller-manager (sa kube-system/generic-garbage-collector)"
+        );
+        assert_eq!(Agent::Operator.client(), "flowschema-tuner");
+        // The operator's group-version is one the upgrade removes.
+        let s = Surfaces::new();
+        let fs =
+            mvproxy::classify::Gvr::new("flowcontrol.apiserver.k8s.io", "v1beta3", "flowschemas");
+        assert!(s.serves(super::super::catalog::Release::Old, &fs));
+        assert!(!s.serves(super::super::catalog::Release::New, &fs));
     }
 }

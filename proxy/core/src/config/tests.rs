@@ -34,6 +34,7 @@ fn defaults_for_a_minimal_config() {
     assert_eq!(c.peer_server_name, "kubernetes.default.svc");
     assert_eq!(c.tls_reload_interval, Duration::from_secs(10));
     assert!(!c.insecure_skip_tls_verify);
+    assert_eq!(c.max_tracked_clients, 100);
     assert_eq!(
         c.limits,
         Limits {
@@ -330,6 +331,20 @@ fn invalid_values_name_their_field() {
             },
             "max-connections",
         ),
+        (
+            ServeArgs {
+                max_tracked_clients: Some(0),
+                ..args("http://h:1", &[])
+            },
+            "max-tracked-clients",
+        ),
+        (
+            ServeArgs {
+                max_tracked_clients: Some(10_001),
+                ..args("http://h:1", &[])
+            },
+            "max-tracked-clients",
+        ),
     ];
     for (a, want) in cases {
         let shown = format!("{a:?}");
@@ -344,7 +359,7 @@ fn yaml_file_is_read_and_flags_win() {
     let file = dir.join("mvproxy.yaml");
     std::fs::write(
         &file,
-        "local: http://127.0.0.1:8080\nserver-id: apiserver-a\npeers:\n  - apiserver-b=http://127.0.0.1:8081\nlisten: 127.0.0.1:7443\nmax-connections: 100\nmax-request-body-bytes: 1000\ninsecure-skip-tls-verify: true\n",
+        "local: http://127.0.0.1:8080\nserver-id: apiserver-a\npeers:\n  - apiserver-b=http://127.0.0.1:8081\nlisten: 127.0.0.1:7443\nmax-connections: 100\nmax-tracked-clients: 7\nmax-request-body-bytes: 1000\ninsecure-skip-tls-verify: true\n",
     )
     .unwrap();
     let c = ServeArgs {
@@ -358,6 +373,7 @@ fn yaml_file_is_read_and_flags_win() {
     assert_eq!(c.server_id.as_str(), "apiserver-a");
     assert_eq!(c.peers[0].name.as_str(), "apiserver-b");
     assert_eq!(c.limits.max_connections, 100);
+    assert_eq!(c.max_tracked_clients, 7);
     assert_eq!(c.limits.max_request_body_bytes, 1000);
     assert!(c.insecure_skip_tls_verify);
 

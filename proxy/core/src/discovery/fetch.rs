@@ -23,6 +23,7 @@ use super::types::{
 };
 use crate::error::{ProxyError, TransportFailure};
 use crate::forward::{Upstream, causes};
+use crate::readiness::side::ServerVersion;
 
 const ACCEPT_JSON: &str = "application/json";
 
@@ -148,7 +149,33 @@ pub async fn fetch(
             (groups, None)
         }
     };
-    Ok(ServerView::new(core, apis, raw))
+    Ok(ServerView::new(core, apis, raw).with_version(version(up.up).await))
+}
+
+/// Largest `/version` body read.
+const MAX_VERSION_BYTES: usize = 64 << 10;
+
+/// The server's `/version`, for the sides of the skew (`crate::readiness`). Not part of
+/// discovery: a failure leaves the release unknown and the fetch good, and it is not counted
+/// as a rerouted request (upstream counts discovery requests only).
+async fn version(up: &Upstream) -> Option<ServerVersion> {
+    let resp = match up.get_response("/version", ACCEPT_JSON).await {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::debug!(server = %up.name, error = %e, "GET /version failed");
+            return None;
+        }
+    };
+    if resp.status() != StatusCode::OK {
+        tracing::debug!(server = %up.name, status = %resp.status(), "GET /version failed");
+        return None;
+    }
+    let body = Limited::new(resp.into_body(), MAX_VERSION_BYTES)
+        .collect()
+        .await
+        .ok()?
+        .to_bytes();
+    ServerVersion::from_json(&body)
 }
 
 async fn legacy_resources(up: &Fetch<'_>, path: &str) -> Result<ApiResourceList, FetchError> {

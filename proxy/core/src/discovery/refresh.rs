@@ -331,7 +331,10 @@ impl Cache {
                 s.up = true;
                 s.error = None;
                 let same = s.view.as_ref().is_some_and(|old| {
-                    old.core == view.core && old.apis == view.apis && old.apis_raw == view.apis_raw
+                    old.core == view.core
+                        && old.apis == view.apis
+                        && old.apis_raw == view.apis_raw
+                        && old.version == view.version
                 });
                 if !same {
                     s.view = Some(Arc::new(view));

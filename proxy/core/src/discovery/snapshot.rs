@@ -17,6 +17,7 @@ use super::merge::{self, Merged};
 use super::types::{ApiGroupDiscovery, ApiGroupDiscoveryList};
 use crate::classify::Gvr;
 use crate::forward::Upstream;
+use crate::readiness::side::{self, ServerVersion, Side, Surface};
 
 /// Groups compiled into kube-apiserver. A group-version that the local server serves outside
 /// this set comes from a CRD or an APIService: upstream (1.36 `gv_exclusion_manager.go`)
@@ -62,6 +63,8 @@ pub struct ServerView {
     pub apis: Vec<ApiGroupDiscovery>,
     /// `/apis` exactly as the server sent it, when it spoke aggregated v2.
     pub apis_raw: Option<Bytes>,
+    /// What the server's `/version` said, if it could be read (the skew's sides need it).
+    pub version: Option<ServerVersion>,
     gvrs: HashSet<Gvr>,
 }
 
@@ -84,8 +87,15 @@ impl ServerView {
             core,
             apis,
             apis_raw,
+            version: None,
             gvrs,
         }
+    }
+
+    /// The view with the server's `/version`.
+    pub fn with_version(mut self, version: Option<ServerVersion>) -> Self {
+        self.version = version;
+        self
     }
 
     /// Whether the server lists the resource.
@@ -150,6 +160,7 @@ impl ServerView {
                 .collect()
         };
         ServerView::new(filter(&self.core), filter(&self.apis), None)
+            .with_version(self.version.clone())
     }
 }
 
@@ -221,6 +232,8 @@ pub struct Snapshot {
     upstreams: BTreeMap<ServerName, Upstream>,
     peers_synced: bool,
     merged: OnceLock<Arc<MergedApis>>,
+    /// The side of every GVR not served by every server seen (`crate::readiness`).
+    skew: HashMap<Gvr, Side>,
 }
 
 impl Snapshot {
@@ -258,6 +271,15 @@ impl Snapshot {
                 },
             );
         }
+        let surfaces: Vec<Surface<'_>> = servers
+            .iter()
+            .filter_map(|s| s.view.as_ref())
+            .map(|v| Surface {
+                release: v.version.as_ref().and_then(|v| v.release),
+                gvrs: &v.gvrs,
+            })
+            .collect();
+        let skew = side::sides(&surfaces);
         Self {
             servers,
             local,
@@ -268,7 +290,16 @@ impl Snapshot {
             upstreams,
             peers_synced,
             merged: OnceLock::new(),
+            skew,
         }
+    }
+
+    /// Which side of the skew serves `gvr`; `None` when every server seen, or none, serves it.
+    pub fn skew_side(&self, gvr: &Gvr) -> Option<Side> {
+        if self.skew.is_empty() {
+            return None;
+        }
+        self.skew.get(gvr).copied()
     }
 
     /// The local server's discovery has been fetched at least once.
