@@ -599,8 +599,9 @@ mod tests {
             "not synced before the first report"
         );
 
-        // (step, peers reported, published peers after, the snapshot changed?)
-        let steps: Vec<(&str, Vec<PeerSpec>, Vec<(&str, &str)>, bool)> = vec![
+        /// (step, peers reported, published peers after, the snapshot changed?)
+        type Step<'a> = (&'a str, Vec<PeerSpec>, Vec<(&'a str, &'a str)>, bool);
+        let steps: Vec<Step<'_>> = vec![
             ("first report, empty", vec![], vec![], true),
             (
                 "b joins",
