@@ -485,16 +485,18 @@ class Pack:
             status = 0
         return status, time.time() - t0
 
-    def background(self, targets):
+    def background(self):
         """A light steady load (about 8 requests a second) so every rate has samples: local
-        requests, peer-routed ones, merged /apis, a watch now and then."""
+        requests and merged /apis on every running proxy, and requests cp-1 forwards to
+        apiserver-2 (503s once cp-2 is down)."""
         i = 0
         while not self.stop_bg.is_set():
+            targets = list(self.bg_targets)
             base = targets[i % len(targets)]
             self.send(base, LOCAL_PATH)
             self.send(base, "/apis", timeout=5)
             if i % 2 == 0:
-                self.send(self.proxies[1], PEER_ONLY_PATH)
+                self.send(self.proxies[0], PEER_ONLY_PATH)
             i += 1
             self.bg_count += 3
             self.stop_bg.wait(0.35)
@@ -637,7 +639,8 @@ class Pack:
         # Routing works before the mix starts: cp-1 forwards the 1.34-only GVR to apiserver-2.
         wait_for("peer routing", lambda: self.send(self.proxies[0], PEER_ONLY_PATH)[0] == 200, 60)
 
-        self.bg_thread = threading.Thread(target=self.background, args=(self.proxies,))
+        self.bg_targets = list(self.proxies)
+        self.bg_thread = threading.Thread(target=self.background)
         self.bg_thread.start()
         mix_start = time.time()
         cats = self.known_mix()
@@ -705,6 +708,7 @@ class Pack:
 
         # Error phase: cp-2 stops (its peers see it down), a fourth proxy starts whose peer
         # apiserver-2 was never up; 50 requests for apiserver-2's GVR fail with 503.
+        self.bg_targets = [self.proxies[0], self.proxies[2]]
         self.proxy_procs[1].stop()
         p4, url4, _ = self.start_proxy_at(4, stand[0], [("apiserver-1", self.proxies[0]),
                                                         ("apiserver-2", self.proxies[1])],
