@@ -8,7 +8,7 @@
 # The upstream serves the real 1.34 `/apis` discovery document (so mvproxy routes as in a
 # cluster) and a static Deployment list. Reports requests/s and latency, and mvproxy's ratio
 # to nginx measured in this same run: the machine is shared and noisy, so only the ratio means
-# anything. Needs ../shared/fixtures (the project workspace); installs nginx and wrk if missing.
+# anything. Reads fixtures/discovery; installs nginx and wrk if missing.
 # MVPROXY_ENV prefixes mvproxy's command line, e.g. MVPROXY_ENV="env TOKIO_WORKER_THREADS=1".
 # The nginx reference runs proxy and upstream in one worker process; mvproxy's run has one more
 # process competing for the two cores, which shows in the tail latency.
@@ -16,7 +16,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 DURATION=${DURATION:-10s}
 CONNECTIONS=${CONNECTIONS:-32}
-FIXTURE=../shared/fixtures/discovery/kube-apiserver-1.34-dev/aggregated_v2.json
+FIXTURE=fixtures/discovery/kube-apiserver-1.34-dev/aggregated_v2.json
 
 if ! command -v nginx >/dev/null || ! command -v wrk >/dev/null; then
   export DEBIAN_FRONTEND=noninteractive

@@ -5,7 +5,7 @@
 //! dashboards, collector config, compose stack and Kubernetes manifests hold together.
 //!
 //! What cannot run here (Grafana, the collector, Tempo, Jaeger: no binaries on these machines)
-//! is checked structurally against the naming the collector documents and DESIGN.md's span
+//! is checked structurally against the naming the collector documents and README.md's span
 //! attributes.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -29,7 +29,7 @@ const V2: &str =
 const NOPEER: &str =
     "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList;profile=nopeer";
 
-/// The families of DESIGN.md's metric table.
+/// The families of README.md's metric table.
 const CONTRACT_FAMILIES: [&str; 13] = [
     "mvproxy_rerouted_request_total",
     "mvproxy_peer_proxy_errors_total",
@@ -550,21 +550,21 @@ fn traces_dashboard_has_the_tempo_panels_of_the_issue() {
             if let Some(attr) = word.strip_prefix("span.") {
                 assert!(
                     attrs.contains(attr),
-                    "TraceQL attribute {attr} is not in DESIGN.md: {q}"
+                    "TraceQL attribute {attr} is not in README.md's span attributes: {q}"
                 );
             }
         }
     }
 }
 
-/// The span attribute names DESIGN.md's telemetry contract lists.
+/// The span attribute names the README's telemetry contract lists ("Attributes: …").
 fn contract_span_attributes() -> BTreeSet<String> {
-    let design = std::fs::read_to_string(repo().join("../shared/DESIGN.md")).expect("DESIGN.md");
-    let start = design
-        .find("- attributes:")
-        .expect("DESIGN.md lists span attributes");
-    let rest = &design[start + 2..];
-    let end = rest.find("\n- ").unwrap_or(rest.len());
+    let readme = read("README.md");
+    let start = readme
+        .find("Attributes: ")
+        .expect("README.md lists span attributes");
+    let rest = &readme[start..];
+    let end = rest.find("Cache lookups").unwrap_or(rest.len());
     let attrs: BTreeSet<String> = rest[..end]
         .split('`')
         .skip(1)
@@ -591,7 +591,7 @@ fn datasource_provisioning_links_exemplars_traces_and_metrics() {
     };
     let (prom, tempo, jaeger) = (by_type("prometheus"), by_type("tempo"), by_type("jaeger"));
     let (prom_uid, tempo_uid) = (s(&prom["uid"]), s(&tempo["uid"]));
-    // Exemplars: the label is `trace_id` (DESIGN.md: exemplars labelled `trace_id`, and what
+    // Exemplars: the label is `trace_id` (README.md: exemplars carry the sampled `trace_id`, and what
     // the spanmetrics connector emits) and one destination is the Tempo datasource.
     let dests = seq(&prom["jsonData"]["exemplarTraceIdDestinations"]);
     assert!(
@@ -600,7 +600,7 @@ fn datasource_provisioning_links_exemplars_traces_and_metrics() {
             .any(|d| s(&d["name"]) == "trace_id" && s(&d["datasourceUid"]) == tempo_uid),
         "{dests:?}"
     );
-    assert!(read("../shared/DESIGN.md").contains("exemplars labelled `trace_id`"));
+    assert!(read("README.md").contains("exemplars carry the sampled `trace_id`"));
     assert_eq!(
         s(&tempo["jsonData"]["tracesToMetrics"]["datasourceUid"]),
         prom_uid
@@ -847,7 +847,7 @@ fn collector_config_is_wired_and_matches_mvproxy() {
     for d in &dims {
         assert!(
             attrs.contains(d),
-            "dimension {d} is not a span attribute of DESIGN.md"
+            "dimension {d} is not a span attribute of README.md"
         );
     }
 

@@ -10,7 +10,7 @@ use mvproxy::discovery::types::{ApiGroupDiscovery, ApiGroupDiscoveryList};
 
 fn fixture(path: &str) -> Vec<ApiGroupDiscovery> {
     let full = format!(
-        "{}/../../shared/fixtures/discovery/{path}",
+        "{}/../fixtures/discovery/{path}",
         env!("CARGO_MANIFEST_DIR")
     );
     let text = std::fs::read_to_string(&full).unwrap_or_else(|e| panic!("read {full}: {e}"));

@@ -15,7 +15,7 @@ use mvproxy::route::decide;
 
 fn view(path: &str) -> Arc<ServerView> {
     let full = format!(
-        "{}/../../shared/fixtures/discovery/{path}",
+        "{}/../fixtures/discovery/{path}",
         env!("CARGO_MANIFEST_DIR")
     );
     let text = std::fs::read_to_string(&full).unwrap_or_else(|e| panic!("read {full}: {e}"));

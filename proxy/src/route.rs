@@ -4,7 +4,7 @@
 //! non-resource → local; already proxied → local (one hop at most); local discovery not yet
 //! fetched → local; served locally → local; served by no peer → local, so the client gets the
 //! API server's own 404; else a capable peer, chosen uniformly at random among those up.
-//! Two deliberate departures keep a false 404 from ever reaching a client (DESIGN.md): when
+//! Two deliberate departures keep a false 404 from ever reaching a client (README.md, "Where mvproxy departs from upstream"): when
 //! every capable peer is down, or when a peer whose surface was never seen might serve the
 //! resource, the answer is a retryable 503.
 //!

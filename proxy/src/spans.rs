@@ -1,4 +1,4 @@
-//! The spans of one request, named and attributed as DESIGN.md's telemetry contract says.
+//! The spans of one request, named and attributed as the README's telemetry contract says.
 //!
 //! A `SERVER` span per request received (its parent is the client's `traceparent`), and a
 //! `CLIENT` span per upstream attempt, whose context is what the upstream receives. Attributes

@@ -30,9 +30,9 @@ pub mod relay;
 /// Longest wait for anything in these tests.
 pub const PATIENCE: Duration = Duration::from_secs(20);
 
-/// The shared fixtures directory (beside the repository clone).
+/// The discovery fixtures directory (`fixtures/discovery/`, see its README).
 pub fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures/discovery")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/discovery")
 }
 
 /// A fixture file's text.

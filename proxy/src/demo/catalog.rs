@@ -304,10 +304,10 @@ fn strings(list: &[&str]) -> Vec<String> {
 mod tests {
     use super::*;
 
-    /// The real document of a release, from the shared fixtures beside the repository.
+    /// The real document of a release, from `fixtures/discovery/` (see its README).
     fn fixture(release: Release) -> ApiGroupDiscoveryList {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(format!(
-            "../../shared/fixtures/discovery/kube-apiserver-{}-dev/aggregated_v2.json",
+            "../fixtures/discovery/kube-apiserver-{}-dev/aggregated_v2.json",
             release.version()
         ));
         let text = std::fs::read_to_string(&path)

@@ -178,7 +178,7 @@ mod tests {
 
     fn fixture(path: &str) -> String {
         let full = format!(
-            "{}/../../shared/fixtures/discovery/{path}",
+            "{}/../fixtures/discovery/{path}",
             env!("CARGO_MANIFEST_DIR")
         );
         std::fs::read_to_string(&full).unwrap_or_else(|e| panic!("read {full}: {e}"))

@@ -52,7 +52,7 @@ impl Reply {
 
 fn fixture(path: &str) -> TestResult<String> {
     let full = format!(
-        "{}/../../shared/fixtures/discovery/{path}",
+        "{}/../fixtures/discovery/{path}",
         env!("CARGO_MANIFEST_DIR")
     );
     std::fs::read_to_string(&full).map_err(|e| format!("read {full}: {e}").into())

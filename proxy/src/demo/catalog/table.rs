@@ -2,7 +2,7 @@
 //! order) and every resource of them, with the releases that serve it.
 //!
 //! Read off kube-apiserver's own aggregated discovery documents (`kube-apiserver-1.31-dev` and
-//! `-1.34-dev` in the project's shared discovery fixtures); `super::tests` renders both
+//! `-1.34-dev` in `fixtures/discovery/`); `super::tests` renders both
 //! releases from this table and compares them with those documents, field by field. Resources
 //! are listed per group-version in name order, as kube-apiserver lists them.
 

@@ -421,7 +421,7 @@ const OAUTH: &str = "openshift-oauth-apiserver-k8s-1.34.1/aggregated_v2.json";
 
 fn fixture(path: &str) -> Vec<ApiGroupDiscovery> {
     let full = format!(
-        "{}/../../shared/fixtures/discovery/{path}",
+        "{}/../fixtures/discovery/{path}",
         env!("CARGO_MANIFEST_DIR")
     );
     let text = std::fs::read_to_string(&full).unwrap_or_else(|e| panic!("read {full}: {e}"));
