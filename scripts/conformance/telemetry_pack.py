@@ -42,7 +42,7 @@ SLOW = 20
 BASELINE_PERCENT = 5.0
 SLOW_THRESHOLD_S = 0.5
 # A GVR 1.34 serves and 1.31 does not: requests for it on a 1.31 proxy go to apiserver-2.
-PEER_ONLY_PATH = "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims"
+PEER_ONLY_PATH = "/apis/resource.k8s.io/v1beta2/namespaces/default/resourceclaims"
 LOCAL_PATH = "/api/v1/namespaces/default/pods"
 # A watch the stand-in ends after timeoutSeconds: a request slower than the slow policy.
 SLOW_PATH = "/api/v1/namespaces/default/configmaps?watch=true&timeoutSeconds=1"
@@ -419,6 +419,8 @@ class Pack:
         ports = {k: free_port() for k in ("JAEGER_OTLP_GRPC_PORT", "JAEGER_QUERY_HTTP_PORT",
                                           "JAEGER_QUERY_GRPC_PORT")}
         env = {k: str(v) for k, v in ports.items()}
+        # Jaeger's own tracing would otherwise export to localhost:4317.
+        env["OTEL_TRACES_EXPORTER"] = "none"
         p = self.start(name, [self.a.jaeger, "--config",
                               os.path.join(self.repo, "scripts/conformance/jaeger.yaml")], env)
         base = f"http://127.0.0.1:{ports['JAEGER_QUERY_HTTP_PORT']}"
