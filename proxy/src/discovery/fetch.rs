@@ -12,6 +12,7 @@
 //! server is marked down and its last good view is kept.
 
 use bytes::Bytes;
+use mvproxy_telemetry::metrics::values;
 use http::{HeaderMap, StatusCode, header};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 
@@ -45,7 +46,7 @@ pub struct FetchError {
 impl From<String> for FetchError {
     fn from(message: String) -> Self {
         Self {
-            kind: "fetch_discovery",
+            kind: values::FETCH_DISCOVERY,
             message,
         }
     }
@@ -172,9 +173,9 @@ async fn get(f: &Fetch<'_>, path: &str, accept: &str) -> Result<Document, FetchE
 /// discovery, is what failed.
 fn error_kind(message: &str) -> &'static str {
     if message.contains("dns error") || message.contains("failed to lookup address") {
-        "hostport_resolution"
+        values::HOSTPORT_RESOLUTION
     } else {
-        "fetch_discovery"
+        values::FETCH_DISCOVERY
     }
 }
 
