@@ -33,7 +33,7 @@ echo "$built" >&2
 otelcol="$(awk '$1 == "otelcol" {print $4}' <<<"$built")"
 jaeger="$(awk '$1 == "jaeger" {print $4}' <<<"$built")"
 
-nice -n 10 cargo build --locked -p mvproxy --bin mvproxy --example standin >&2
+nice -n 10 cargo build --locked -p mvproxy --bin mvproxy -p mvproxy-demo --example standin >&2
 target="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')"
 
 work="$(mktemp -d)"
