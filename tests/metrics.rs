@@ -191,7 +191,12 @@ async fn a_local_api_server_failure_is_a_local_proxy_error_not_a_peer_one() {
     )
     .await
     .unwrap();
-    assert_eq!(resp.status, StatusCode::SERVICE_UNAVAILABLE, "{}", resp.text());
+    assert_eq!(
+        resp.status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "{}",
+        resp.text()
+    );
     let metrics = get(&format!("{}/metrics", proxy.admin_url()), &[])
         .await
         .unwrap()

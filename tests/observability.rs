@@ -1565,7 +1565,11 @@ fn builder_manifest_lists_exactly_the_components_config_yaml_uses_at_the_compose
             let (path, version) = gomod
                 .split_once(' ')
                 .unwrap_or_else(|| panic!("{kind}: {gomod:?} has no version"));
-            assert_eq!(version, format!("v{release}"), "{path}: not the compose release");
+            assert_eq!(
+                version,
+                format!("v{release}"),
+                "{path}: not the compose release"
+            );
             let last = path.rsplit('/').next().unwrap_or_default();
             let ty = last
                 .strip_suffix(suffix)

@@ -44,6 +44,10 @@ SLOW_THRESHOLD_S = 0.5
 # A GVR 1.34 serves and 1.31 does not: requests for it on a 1.31 proxy go to apiserver-2.
 PEER_ONLY_PATH = "/apis/resource.k8s.io/v1beta2/namespaces/default/resourceclaims"
 LOCAL_PATH = "/api/v1/namespaces/default/pods"
+# A GVR 1.31 serves and 1.34 does not: a client of it depends on an API the upgrade removes
+# (mvproxy_skew_requests_total{side="old_only"}); served locally by the 1.31 proxies.
+OLD_ONLY_PATH = "/apis/flowcontrol.apiserver.k8s.io/v1beta3/flowschemas"
+OLD_CLIENT = {"User-Agent": "legacy-controller/v0.9 (linux/amd64) kubernetes/abcdef"}
 # A slow API server: the stand-in waits before it answers (x-standin-delay-ms), so the response
 # headers, where mvproxy's spans end (README: a watch's span covers its start, not its
 # lifetime), come later than the slow policy's 500 ms.
@@ -502,6 +506,8 @@ class Pack:
             self.send(base, "/apis", timeout=5)
             if i % 2 == 0:
                 self.send(self.proxies[0], PEER_ONLY_PATH)
+            if i % 4 == 0:
+                self.send(self.proxies[2], OLD_ONLY_PATH, extra=OLD_CLIENT)
             i += 1
             self.bg_count += 3
             self.stop_bg.wait(0.35)

@@ -50,8 +50,12 @@ pub mod values {
     /// Listing or watching the `kubernetes` EndpointSlices (that peer source) failed.
     pub const ENDPOINTSLICE_LIST: &str = "endpointslice_list";
     /// Every `type` of `mvproxy_peer_discovery_sync_errors_total`.
-    pub const SYNC_ERROR_TYPES: [&str; 4] =
-        [HOSTPORT_RESOLUTION, FETCH_DISCOVERY, LEASE_LIST, ENDPOINTSLICE_LIST];
+    pub const SYNC_ERROR_TYPES: [&str; 4] = [
+        HOSTPORT_RESOLUTION,
+        FETCH_DISCOVERY,
+        LEASE_LIST,
+        ENDPOINTSLICE_LIST,
+    ];
 
     /// `result` of the lookup and merge families.
     pub const HIT: &str = "hit";
@@ -312,7 +316,9 @@ impl Metrics {
                 .get_or_create(&TypeLabels { r#type: ty });
         }
         for ty in values::LOCAL_PROXY_ERROR_TYPES {
-            let _ = m.local_proxy_errors.get_or_create(&TypeLabels { r#type: ty });
+            let _ = m
+                .local_proxy_errors
+                .get_or_create(&TypeLabels { r#type: ty });
         }
         for result in [values::HIT, values::MISS] {
             let _ = m.cache_lookups.get_or_create(&ResultLabels { result });

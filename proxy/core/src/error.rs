@@ -10,8 +10,8 @@
 //! [`crate::limits`]).
 
 use bytes::Bytes;
-use mvproxy_telemetry::metrics::values;
 use http::{HeaderValue, Response, StatusCode, header};
+use mvproxy_telemetry::metrics::values;
 
 use crate::discovery::ServerName;
 

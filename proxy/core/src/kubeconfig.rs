@@ -31,7 +31,10 @@ impl std::fmt::Debug for KubeConfig {
         f.debug_struct("KubeConfig")
             .field("path", &self.path)
             .field("server", &self.server)
-            .field("ca_pem", &self.ca_pem.as_ref().map(|p| format!("{} bytes", p.len())))
+            .field(
+                "ca_pem",
+                &self.ca_pem.as_ref().map(|p| format!("{} bytes", p.len())),
+            )
             .field("token", &self.token.as_ref().map(|_| REDACTED))
             .field("token_file", &self.token_file)
             .field(
@@ -275,8 +278,14 @@ mod tests {
         };
         let shown = format!("{kc:?}");
         assert!(!shown.contains("s3cr3t-token-value"), "{shown}");
-        assert!(!shown.contains("PRIVATE KEY") && !shown.contains("MIIEv"), "{shown}");
-        assert!(shown.contains("[redacted]") && shown.contains("10.0.0.1:6443"), "{shown}");
+        assert!(
+            !shown.contains("PRIVATE KEY") && !shown.contains("MIIEv"),
+            "{shown}"
+        );
+        assert!(
+            shown.contains("[redacted]") && shown.contains("10.0.0.1:6443"),
+            "{shown}"
+        );
     }
 
     use super::*;

@@ -80,7 +80,13 @@ pub(super) async fn handle(
 /// The delay a request asks for with [`DELAY_HEADER`], capped; none when absent or not a
 /// number.
 fn delay_ms(headers: &http::HeaderMap) -> Option<u64> {
-    let ms: u64 = headers.get(DELAY_HEADER)?.to_str().ok()?.trim().parse().ok()?;
+    let ms: u64 = headers
+        .get(DELAY_HEADER)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
     Some(ms.min(MAX_DELAY_MS))
 }
 
@@ -442,7 +448,10 @@ mod delay_tests {
     fn delay_header_is_read_capped_and_ignored_when_not_a_number() {
         let with = |v: &str| {
             let mut h = http::HeaderMap::new();
-            h.insert(DELAY_HEADER, http::HeaderValue::from_str(v).expect("header"));
+            h.insert(
+                DELAY_HEADER,
+                http::HeaderValue::from_str(v).expect("header"),
+            );
             delay_ms(&h)
         };
         assert_eq!(delay_ms(&http::HeaderMap::new()), None);

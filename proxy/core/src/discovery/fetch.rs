@@ -12,9 +12,9 @@
 //! server is marked down and its last good view is kept.
 
 use bytes::Bytes;
-use mvproxy_telemetry::metrics::values;
 use http::{HeaderMap, StatusCode, header};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
+use mvproxy_telemetry::metrics::values;
 
 use super::legacy::group_from_legacy;
 use super::snapshot::ServerView;
