@@ -13,6 +13,7 @@ mod limits;
 mod metrics;
 mod observability;
 mod peer_sources;
+mod real_discovery;
 mod routing;
 mod tls;
 mod tls_files;

@@ -24,16 +24,17 @@ trap 'exit 130' INT TERM
 V2='application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList'
 V2B1='application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList'
 
-# get IP PATH ACCEPT FILE: the body exactly as served, and its status and headers (minus the
-# ones that change per request) beside it in FILE.headers.
+# get IP PATH ACCEPT FILE [any]: the body exactly as served, and its status and headers (minus
+# the ones that change per request) beside it in FILE.headers. Fails on a status other than 200
+# unless "any" is given (v2beta1 is refused with 406 once AggregatedDiscoveryRemoveBetaType is on).
 get() {
-  local ip=$1 path=$2 accept=$3 file=$4
+  local ip=$1 path=$2 accept=$3 file=$4 any=${5:-}
   mkdir -p "$(dirname "$file")"
   cp_curl "$ip" "$path" -H "Accept: $accept" -D "$file.hdr" -o "$file"
   grep -viE '^(date|audit-id|x-kubernetes-pf-(flowschema|prioritylevel)-uid):' "$file.hdr" | tr -d '\r' |
     sed '/^$/d' >"$file.headers"
   rm -f "$file.hdr"
-  head -1 "$file.headers" | grep -q ' 200' || { cp_log "GET $path ($accept) on $ip: $(head -1 "$file.headers")"; return 1; }
+  [ -n "$any" ] || head -1 "$file.headers" | grep -q ' 200' || { cp_log "GET $path ($accept) on $ip: $(head -1 "$file.headers")"; return 1; }
 }
 
 capture_local() {
@@ -42,15 +43,19 @@ capture_local() {
   mkdir -p "$dir"
   get "$ip" /apis "$V2" "$dir/aggregated_v2.json"
   get "$ip" /apis "$V2;profile=nopeer" "$dir/aggregated_v2_nopeer.json"
-  get "$ip" /apis "$V2B1" "$dir/aggregated_v2beta1.json"
-  get "$ip" /apis "$V2B1;profile=nopeer" "$dir/aggregated_v2beta1_nopeer.json"
+  get "$ip" /apis "$V2B1" "$dir/aggregated_v2beta1.json" any
+  get "$ip" /apis "$V2B1;profile=nopeer" "$dir/aggregated_v2beta1_nopeer.json" any
+  # What client-go 1.26-1.29 (kubectl 1.27-1.29) sends: v2beta1, else legacy.
+  get "$ip" /apis "$V2B1,application/json" "$dir/aggregated_v2beta1_or_legacy.json"
   get "$ip" /api "$V2" "$dir/api_aggregated_v2.json"
   get "$ip" /api "$V2;profile=nopeer" "$dir/api_aggregated_v2_nopeer.json"
   get "$ip" /api application/json "$dir/legacy/api.json"
   get "$ip" /api/v1 application/json "$dir/legacy/api/v1.json"
   get "$ip" /apis application/json "$dir/legacy/apis.json"
+  # The legacy /apis lists every APIService in etcd, so also the other release's group-versions,
+  # which this server answers with 404: kept as served.
   for gv in $(jq -r '.groups[].versions[].groupVersion' "$dir/legacy/apis.json"); do
-    get "$ip" "/apis/$gv" application/json "$dir/legacy/apis/$gv.json"
+    get "$ip" "/apis/$gv" application/json "$dir/legacy/apis/$gv.json" any
   done
   get "$ip" /version application/json "$dir/version.json"
 }
@@ -93,5 +98,14 @@ for pair in "127.0.0.2 kube-apiserver-1.35.4" "127.0.0.3 kube-apiserver-1.36.3";
   set -- $pair
   get "$1" /apis "$V2" "$out/$2/peer-aggregated/aggregated_v2.json"
   get "$1" /apis "$V2;profile=nopeer" "$out/$2/peer-aggregated/aggregated_v2_nopeer.json"
+done
+# Server IDs (identity lease names): upstream's merge orders servers by them.
+old_id=$(cp_lease_of 127.0.0.3 apiserver-old)
+new_id=$(cp_lease_of 127.0.0.3 apiserver-new)
+for v in 1.35.4 1.36.3; do
+  jq -n --arg old "$old_id" --arg new "$new_id" \
+    '{"kube-apiserver-1.35.4": {"host": "apiserver-old", "id": $old, "address": "127.0.0.2:6443"},
+      "kube-apiserver-1.36.3": {"host": "apiserver-new", "id": $new, "address": "127.0.0.3:6443"}}' \
+    >"$out/kube-apiserver-$v/peer-aggregated/servers.json"
 done
 cp_log "captured into $out"

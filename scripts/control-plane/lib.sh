@@ -1,6 +1,6 @@
 # Functions that run a real mixed-version control plane on loopback: one etcd and two (or
 # more) unmodified kube-apiservers of different releases against it, as a rolling upgrade has
-# them. Sourced by up.sh, capture.sh and scripts/conformance/control-plane.sh.
+# them (--runtime-config=api/all=true, every alpha and beta feature gate). Sourced by up.sh, capture.sh and scripts/conformance/control-plane.sh.
 #
 # Why each choice:
 # - every API server gets its own UTS namespace and host name, because its identity Lease
@@ -135,9 +135,14 @@ cp_start_apiserver() {
     --profiling=false
     --v 1
   )
+  # Alpha APIs are served only with their feature gates (api/all=true alone leaves them off),
+  # hence AllAlpha and AllBeta: that is what makes the skew visible both ways. AllAlpha turns on
+  # UnknownVersionInteroperabilityProxy in 1.35 too (1.36: beta, on by default), so both
+  # releases annotate their identity Leases with their address; the peer proxy itself is only
+  # built with --peer-ca-file, i.e. with "mvp".
+  args+=(--feature-gates AllAlpha=true,AllBeta=true,UnknownVersionInteroperabilityProxy=true)
   if [ "$mvp" = mvp ]; then
-    args+=(--feature-gates UnknownVersionInteroperabilityProxy=true
-      --peer-ca-file "$pki/ca.crt" --peer-advertise-ip "$ip" --peer-advertise-port "$CP_PORT")
+    args+=(--peer-ca-file "$pki/ca.crt" --peer-advertise-ip "$ip" --peer-advertise-port "$CP_PORT")
   fi
   unshare --uts -- sh -c 'hostname "$1"; shift; exec "$@"' sh "$name" "$bin" "${args[@]}" \
     >"$CP_DIR/logs/$name-$version.log" 2>&1 &
@@ -149,7 +154,8 @@ cp_start_apiserver() {
 cp_curl() {
   local ip=$1 path=$2
   shift 2
-  curl -sS --max-time 10 --cacert "$CP_DIR/pki/ca.crt" --cert "$CP_DIR/pki/admin.crt" \
+  # A User-Agent other than curl: kube-apiserver pretty-prints JSON for curl and wget.
+  curl -sS --max-time 10 -A mvproxy-control-plane --cacert "$CP_DIR/pki/ca.crt" --cert "$CP_DIR/pki/admin.crt" \
     --key "$CP_DIR/pki/admin.key" "$@" "https://$ip:$CP_PORT$path"
 }
 
