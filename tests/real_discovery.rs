@@ -111,7 +111,9 @@ fn merged(local: &str, peer: &str) -> Vec<ApiGroupDiscovery> {
     let (local_id, peer_id) = (server_id(local), server_id(peer));
     match merge(&local_id, &local_groups, &[(&peer_id, &peer_groups)]) {
         Merged::Changed(groups) => groups,
-        Merged::Unchanged => panic!("the releases differ, so the merge must change {local}'s document"),
+        Merged::Unchanged => {
+            panic!("the releases differ, so the merge must change {local}'s document")
+        }
     }
 }
 
@@ -134,9 +136,12 @@ fn the_merge_is_a_union_of_both_releases() {
     let ours = merged(NEW, OLD);
     for release in [OLD, NEW] {
         for g in list(&format!("{release}/aggregated_v2_nopeer.json")) {
-            let m = ours.iter().find(|x| x.name() == g.name()).unwrap_or_else(|| {
-                panic!("group {} of {release} missing from the merge", g.name())
-            });
+            let m = ours
+                .iter()
+                .find(|x| x.name() == g.name())
+                .unwrap_or_else(|| {
+                    panic!("group {} of {release} missing from the merge", g.name())
+                });
             for v in &g.versions {
                 let mv = m.versions.iter().find(|x| x.version == v.version);
                 let mv = mv.unwrap_or_else(|| panic!("{}/{} missing", g.name(), v.version));

@@ -97,23 +97,36 @@ def main():
             served = bool(running & set(gvr["served_by"]))
             u = urllib.parse.urlsplit(targets[idx])
             t0 = time.monotonic()
-            try:
-                c = conns.get(idx)
-                if c is None:
-                    c = http.client.HTTPSConnection(u.hostname, u.port, context=ctx, timeout=10)
-                    conns[idx] = c
-                c.request("GET", gvr["path"] + "?limit=1", headers={"Accept": "application/json"})
-                r = c.getresponse()
-                r.read()
-                code = r.status
-                if r.getheader("connection", "").lower() == "close":
-                    c.close()
-                    conns.pop(idx, None)
-            except Exception:  # noqa: BLE001 - any failure is an "other error"
-                code = 0
-                c = conns.pop(idx, None)
-                if c is not None:
-                    c.close()
+            code = 0
+            # As Go's http.Transport (client-go) does, a request that fails on a reused
+            # connection before any response (the server restarted and closed it) is sent
+            # once more on a new connection; any other failure is an "other error".
+            for attempt in (0, 1):
+                reused = idx in conns
+                try:
+                    c = conns.get(idx)
+                    if c is None:
+                        c = http.client.HTTPSConnection(u.hostname, u.port, context=ctx, timeout=10)
+                        conns[idx] = c
+                    c.request("GET", gvr["path"] + "?limit=1", headers={"Accept": "application/json"})
+                    r = c.getresponse()
+                    r.read()
+                    code = r.status
+                    if r.getheader("connection", "").lower() == "close":
+                        c.close()
+                        conns.pop(idx, None)
+                    break
+                except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError) as e:
+                    c = conns.pop(idx, None)
+                    if c is not None:
+                        c.close()
+                    if not reused or attempt == 1:
+                        break
+                except Exception:  # noqa: BLE001 - any failure is an "other error"
+                    c = conns.pop(idx, None)
+                    if c is not None:
+                        c.close()
+                    break
             dt = time.monotonic() - t0
             if code == 200:
                 outcome = "ok"

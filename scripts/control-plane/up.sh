@@ -9,7 +9,7 @@
 #   --mvp     start both API servers with upstream's Mixed Version Proxy
 #             (UnknownVersionInteroperabilityProxy, --peer-ca-file, --peer-advertise-ip/port)
 #   --check   exit after both are ready, printing the resident memory of each process
-#   --dir     where PKI, data and logs go (default: a new temporary directory)
+#   --dir     where PKI, data and logs go (default: a new temporary directory, removed at exit)
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 mvp="" check=0 CP_DIR=""
@@ -23,11 +23,12 @@ while [ $# -gt 0 ]; do
   shift
 done
 [ "$(id -u)" -eq 0 ] || { echo "up.sh: needs root (a UTS namespace per API server)" >&2; exit 2; }
-CP_DIR=${CP_DIR:-$(mktemp -d /tmp/mvproxy-cp.XXXXXX)}
+made=""
+[ -n "$CP_DIR" ] || { CP_DIR=$(mktemp -d /tmp/mvproxy-cp.XXXXXX); made=1; }
 export CP_DIR
 # shellcheck source=lib.sh
 . "$here/lib.sh"
-trap cp_cleanup EXIT
+trap 'cp_cleanup; [ -z "$made" ] || rm -rf "$CP_DIR"' EXIT
 trap 'exit 130' INT TERM
 
 cp_init
