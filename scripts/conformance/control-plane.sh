@@ -195,7 +195,7 @@ fi
 # A watch through mvproxy A, across the peer hop to B: events as they happen.
 watch_hop() {
   local log="$CP_DIR/watch.out" wpid i t1 ok=1
-  kc "$kubectl_new" "$CP_DIR/via-a.kc" get "$WL_NEW" -n default --watch-only --output-watch-events -o name >"$log" 2>&1 &
+  kc "$kubectl_new" "$CP_DIR/via-a.kc" get "$WL_NEW" -n default --watch-only --output-watch-events >"$log" 2>&1 &
   wpid=$!
   sleep 3
   wl_new cp-watch-1 | kc "$kubectl_new" "$CP_DIR/direct-b.kc" create -f - >/dev/null
@@ -257,8 +257,8 @@ check "a front-proxy-CA certificate with a CN not allowed cannot assert X-Remote
 MVP_PORT=7444 mvp_start mvproxy-a-eps "$A_IP" "$A_IP" --server-id apiserver-a --peer-source endpointslices --kubeconfig "$CP_DIR/direct-a.kc"
 eps_check() {
   mvp_ready "$A_IP" 7444 || return 1
-  curl -s "http://$A_IP:7544/debug/discovery" >"$CP_DIR/eps-debug.json"
-  jq -e --arg u "$B_IP:$CP_PORT" '[.servers[] | select(.local | not) | select((.url | contains($u)) and .up)] | length == 1' "$CP_DIR/eps-debug.json" >/dev/null &&
+  # The peer set arrives from the EndpointSlice list after start; its discovery after that.
+  wait_for 30 sh -c "curl -s http://$A_IP:7544/debug/discovery | jq -e --arg u '$B_IP:$CP_PORT' '[.servers[] | select(.local | not) | select((.url | contains(\$u)) and .up)] | length == 1'" &&
     [ "$(as admin "https://$A_IP:7444" "$WLN" -o /dev/null -w '%{http_code}')" = 200 ]
 }
 check "--peer-source endpointslices: peer $B_IP:$CP_PORT from default/kubernetes, v1alpha2 routed to it" "no --peer" eps_check

@@ -56,4 +56,11 @@ done
 printf '%-14s RSS %6d MiB\n' total $((total / 1024))
 [ "$check" -eq 1 ] && exit 0
 cp_log "up; Ctrl-C stops it"
-while sleep 3600; do :; done
+# wait (not a foreground sleep), so that INT and TERM run the trap at once.
+sleeper=""
+trap 'cp_cleanup; [ -z "$sleeper" ] || kill "$sleeper" 2>/dev/null; [ -z "$made" ] || rm -rf "$CP_DIR"' EXIT
+while :; do
+  sleep 3600 &
+  sleeper=$!
+  wait "$sleeper" || true
+done
