@@ -160,8 +160,8 @@ impl std::fmt::Debug for Upstream {
 /// these headers no discovery is read through `--proxy-client-cert-file`. A server that does not
 /// trust the connection as a front proxy ignores them; discovery is readable by every
 /// authenticated user (the `system:discovery` ClusterRole).
-pub const DISCOVERY_USER: &str = "system:apiserver";
-pub const DISCOVERY_GROUP: &str = "system:authenticated";
+const DISCOVERY_USER: &str = "system:apiserver";
+const DISCOVERY_GROUP: &str = "system:authenticated";
 
 fn discovery_identity(headers: &mut HeaderMap) {
     headers.insert("x-remote-user", HeaderValue::from_static(DISCOVERY_USER));

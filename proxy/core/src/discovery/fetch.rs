@@ -383,7 +383,7 @@ mod tests {
         };
         let up = Upstream::new("peer".into(), base, &settings, Duration::from_secs(10)).unwrap();
         let e = fetch(&up, 1024, &|_| {}).await.unwrap_err();
-        assert!(e.message.contains("401"), "{e}");
+        assert!(e.to_string().contains("HTTP 401"), "{e}");
         let head = rx.await.unwrap();
         for line in [
             "x-remote-user: system:apiserver\r\n",
