@@ -17,6 +17,7 @@ use hyper_util::rt::TokioIo;
 use hyper_util::server::graceful::GracefulShutdown;
 use mvproxy_telemetry::metrics::{
     Metrics, PeerErrorLabels, RequestLabels, RerouteLabels, ResultLabels, RouteLabels, TraceLabels,
+    TypeLabels, values,
 };
 use mvproxy_telemetry::propagation::{self, TraceIds};
 use tokio::net::TcpListener;
@@ -95,7 +96,7 @@ pub async fn handle(
     let resp = result.unwrap_or_else(|e| {
         spans::failed(&span, &e);
         tracing::warn!(parent: &span, error = %e, %method, %path, route = route.kind(), "request failed");
-        record_peer_error(&app.metrics, &info, &e);
+        record_proxy_error(&app.metrics, &info, &route, &e);
         e.to_response().map(full)
     });
 
@@ -140,7 +141,7 @@ async fn respond(
             // The snapshot that chose the peer knows how to reach it.
             let peer = snap
                 .upstream(name)
-                .ok_or_else(|| ProxyError::BadRequest(format!("unknown peer {name}")))?;
+                .ok_or_else(|| ProxyError::PeerUpstreamMissing { peer: name.clone() })?;
             forward(peer, req, span, info, Some(name)).await
         }
         Route::Discovery(format) => {
@@ -220,7 +221,7 @@ fn merged_discovery(
     app.metrics
         .merges
         .get_or_create(&ResultLabels {
-            result: if hit { "hit" } else { "miss" },
+            result: values::result(hit),
         })
         .inc();
     if !hit {
@@ -275,7 +276,7 @@ fn record_lookup(app: &App, span: &Span, info: &RequestInfo, route: &Route, took
         app.cache.on_miss();
     }
     let labels = ResultLabels {
-        result: if hit { "hit" } else { "miss" },
+        result: values::result(hit),
     };
     app.metrics.cache_lookups.get_or_create(&labels).inc();
     app.metrics
@@ -295,18 +296,31 @@ fn gvr_labels(info: &RequestInfo) -> (String, String, String) {
     }
 }
 
-fn record_peer_error(metrics: &Metrics, info: &RequestInfo, e: &ProxyError) {
-    if let Some(ty) = e.peer_error_type() {
-        let (group, version, resource) = gvr_labels(info);
-        metrics
-            .peer_proxy_errors
-            .get_or_create(&PeerErrorLabels {
-                r#type: ty,
-                group,
-                version,
-                resource,
-            })
-            .inc();
+/// A failure to proxy: to a peer in `mvproxy_peer_proxy_errors_total` (upstream's family,
+/// errors proxying to a peer), to the local API server in `mvproxy_local_proxy_errors_total`.
+fn record_proxy_error(metrics: &Metrics, info: &RequestInfo, route: &Route, e: &ProxyError) {
+    let Some(ty) = e.peer_error_type() else {
+        return;
+    };
+    match route {
+        Route::Peer(_) | Route::Unavailable(_) => {
+            let (group, version, resource) = gvr_labels(info);
+            metrics
+                .peer_proxy_errors
+                .get_or_create(&PeerErrorLabels {
+                    r#type: ty,
+                    group,
+                    version,
+                    resource,
+                })
+                .inc();
+        }
+        Route::Local(_) | Route::Discovery(_) => {
+            metrics
+                .local_proxy_errors
+                .get_or_create(&TypeLabels { r#type: ty })
+                .inc();
+        }
     }
 }
 

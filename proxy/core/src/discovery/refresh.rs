@@ -270,12 +270,7 @@ impl Cache {
                 self.observe_fetch(local, status)
             })
             .await;
-            self.metrics
-                .peer_fetch_duration
-                .get_or_create(&PeerLabels {
-                    peer: name.to_string(),
-                })
-                .observe(started.elapsed().as_secs_f64());
+            let took = started.elapsed();
             let delay = match &result {
                 Ok(_) => {
                     failures = 0;
@@ -291,7 +286,7 @@ impl Cache {
                     backoff(failures, self.settings.interval)
                 }
             };
-            self.record(&name, result.map_err(|e| e.to_string()));
+            self.record(&name, took, result.map_err(|e| e.to_string()));
             tokio::select! {
                 () = tokio::time::sleep(delay) => {}
                 () = wake.notified() => {
@@ -318,14 +313,10 @@ impl Cache {
             .inc();
     }
 
+    /// Every per-peer series goes with the peer (under the state lock, which `record` also
+    /// holds, so a fetch that ends meanwhile cannot bring one back).
     fn forget_series(&self, name: &ServerName) {
-        let peer = PeerLabels {
-            peer: name.to_string(),
-        };
-        self.metrics.peer_up.remove(&peer);
-        self.metrics.discovery_resources.remove(&ServerLabels {
-            server: name.to_string(),
-        });
+        self.metrics.forget_peer(&name.to_string());
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -338,11 +329,17 @@ impl Cache {
 
     /// Records a fetch result and publishes a new snapshot if routing changed. A result for
     /// a peer that has left meanwhile is dropped.
-    fn record(&self, name: &ServerName, result: Result<ServerView, String>) {
+    fn record(&self, name: &ServerName, took: Duration, result: Result<ServerView, String>) {
         let mut state = self.lock();
         let Some(s) = state.servers.iter_mut().find(|s| &s.name == name) else {
             return;
         };
+        self.metrics
+            .peer_fetch_duration
+            .get_or_create(&PeerLabels {
+                peer: name.to_string(),
+            })
+            .observe(took.as_secs_f64());
         let was = (s.up, s.attempted, s.error.clone());
         s.attempted = true;
         s.last_fetch = Some(SystemTime::now());
