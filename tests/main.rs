@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod cli;
+mod client_body;
 mod cluster;
 mod demo;
 mod discovery;

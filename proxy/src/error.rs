@@ -37,6 +37,10 @@ pub enum ProxyError {
     /// Connecting to or talking with an upstream failed before a response arrived.
     #[error("{upstream} could not be reached: {cause}")]
     Transport { upstream: ServerName, cause: String },
+    /// The upstream's host name did not resolve: its address, not the upstream, is what
+    /// failed (upstream's `hostport_resolution` discovery error).
+    #[error("{upstream} could not be reached: its address did not resolve: {cause}")]
+    Unresolved { upstream: ServerName, cause: String },
     /// The upstream accepted the connection but sent no response headers in time.
     #[error("{upstream} did not answer within {seconds}s")]
     Timeout { upstream: ServerName, seconds: u64 },
@@ -49,6 +53,11 @@ pub enum ProxyError {
         "the request body is larger than the limit of {limit} bytes (--max-request-body-bytes)"
     )]
     BodyTooLarge { limit: u64 },
+    /// Reading the client's request body failed (a malformed chunk, a connection closed or a
+    /// stream reset mid-body): the client's fault, so a `400` that client-go does not retry,
+    /// and never an upstream's failure.
+    #[error("the request body could not be read: {cause}")]
+    ClientBody { cause: String },
     /// A new connection arrived while `--max-connections` were open; it is closed after this.
     #[error(
         "mvproxy is serving its maximum of {limit} connections (--max-connections); retry later"
@@ -63,9 +72,10 @@ impl ProxyError {
             Self::PeersDown { .. }
             | Self::SurfaceUnknown { .. }
             | Self::Transport { .. }
+            | Self::Unresolved { .. }
             | Self::TooManyConnections { .. } => StatusCode::SERVICE_UNAVAILABLE,
             Self::Timeout { .. } => StatusCode::GATEWAY_TIMEOUT,
-            Self::BadRequest(_) => StatusCode::BAD_REQUEST,
+            Self::BadRequest(_) | Self::ClientBody { .. } => StatusCode::BAD_REQUEST,
             Self::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
         }
     }
@@ -76,9 +86,10 @@ impl ProxyError {
             Self::PeersDown { .. }
             | Self::SurfaceUnknown { .. }
             | Self::Transport { .. }
+            | Self::Unresolved { .. }
             | Self::TooManyConnections { .. } => "ServiceUnavailable",
             Self::Timeout { .. } => "Timeout",
-            Self::BadRequest(_) => "BadRequest",
+            Self::BadRequest(_) | Self::ClientBody { .. } => "BadRequest",
             Self::BodyTooLarge { .. } => "RequestEntityTooLarge",
         }
     }
@@ -88,19 +99,28 @@ impl ProxyError {
     pub fn peer_error_type(&self) -> Option<&'static str> {
         match self {
             Self::PeersDown { .. } | Self::SurfaceUnknown { .. } => Some("endpoint_resolution"),
-            Self::Transport { .. } | Self::Timeout { .. } => Some("proxy_transport"),
-            Self::BadRequest(_) | Self::BodyTooLarge { .. } | Self::TooManyConnections { .. } => {
-                None
+            Self::Transport { .. } | Self::Unresolved { .. } | Self::Timeout { .. } => {
+                Some("proxy_transport")
             }
+            Self::BadRequest(_)
+            | Self::ClientBody { .. }
+            | Self::BodyTooLarge { .. }
+            | Self::TooManyConnections { .. } => None,
         }
     }
 
     /// Seconds a client should wait before retrying, for the retryable errors.
     fn retry_after(&self) -> Option<u32> {
         match self {
-            Self::BadRequest(_) | Self::BodyTooLarge { .. } => None,
+            Self::BadRequest(_) | Self::ClientBody { .. } | Self::BodyTooLarge { .. } => None,
             _ => Some(1),
         }
+    }
+
+    /// Whether the client caused it (a `4xx`): such a failure says nothing about any
+    /// upstream, so it is neither logged nor counted as one.
+    pub fn is_client_error(&self) -> bool {
+        self.status().is_client_error()
     }
 
     /// The response: a Kubernetes `Status` JSON body with the status code and reason above.
@@ -193,6 +213,23 @@ mod tests {
             ),
             (ProxyError::BadRequest("x".into()), 400, "BadRequest", None),
             (
+                ProxyError::ClientBody {
+                    cause: "Invalid chunk size line".into(),
+                },
+                400,
+                "BadRequest",
+                None,
+            ),
+            (
+                ProxyError::Unresolved {
+                    upstream: ServerName::from("peer"),
+                    cause: "no such host".into(),
+                },
+                503,
+                "ServiceUnavailable",
+                Some("proxy_transport"),
+            ),
+            (
                 ProxyError::BodyTooLarge { limit: 3 << 20 },
                 413,
                 "RequestEntityTooLarge",
@@ -219,10 +256,20 @@ mod tests {
             "1",
             "client-go retries it"
         );
-        let big = ProxyError::BodyTooLarge { limit: 10 }.to_response();
-        assert!(
-            !big.headers().contains_key(header::RETRY_AFTER),
-            "retrying cannot help"
-        );
+        for refused in [
+            ProxyError::BodyTooLarge { limit: 10 },
+            ProxyError::ClientBody {
+                cause: "connection closed before message completed".into(),
+            },
+        ] {
+            assert!(
+                !refused
+                    .to_response()
+                    .headers()
+                    .contains_key(header::RETRY_AFTER),
+                "retrying cannot help: {refused}"
+            );
+            assert!(refused.is_client_error(), "{refused}");
+        }
     }
 }

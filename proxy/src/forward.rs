@@ -8,8 +8,17 @@
 //! `Impersonate-*` included, passes as sent (identity headers are [`crate::identity`]'s). The upstream's status, headers and body come back
 //! unchanged. Failures before a response arrives become a [`ProxyError`] naming the upstream
 //! and the cause; there is no retry (one hop, as upstream).
+//!
+//! Who failed is told by the error's type, never by its words: hyper reports a request body
+//! that failed as a failed request, so [`classify`] looks down the error's sources for the
+//! client-body errors of [`crate::limits`] (the client's fault: `400`/`413`) and for this
+//! module's [`ResolveError`] (the address did not resolve) before blaming the upstream.
 
 use std::error::Error as StdError;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -20,10 +29,12 @@ use http_body_util::{BodyExt, Empty, Full, Limited};
 use hyper_rustls::{FixedServerNameResolver, HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::connect::dns::Name;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 
 use crate::discovery::ServerName;
 use crate::error::ProxyError;
+use crate::limits::{BodyTooLarge, ClientBodyFailed};
 use crate::route::PEER_PROXIED;
 
 /// Boxed error of a streamed body.
@@ -53,7 +64,74 @@ pub fn empty() -> Body {
     Empty::new().map_err(|never| match never {}).boxed()
 }
 
-type HttpsClient = Client<HttpsConnector<HttpConnector>, Body>;
+type HttpsClient = Client<HttpsConnector<HttpConnector<Resolver>>, Body>;
+
+/// An upstream's host name did not resolve.
+#[derive(Debug, thiserror::Error)]
+#[error("{host}: {source}")]
+pub struct ResolveError {
+    host: String,
+    source: std::io::Error,
+}
+
+/// The system resolver (as hyper-util's default), failing with a [`ResolveError`] so that a
+/// name that does not resolve is told apart from an upstream that does not answer by type.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Resolver;
+
+impl tower_service::Service<Name> for Resolver {
+    type Response = std::vec::IntoIter<SocketAddr>;
+    type Error = ResolveError;
+    type Future =
+        Pin<Box<dyn Future<Output = Result<Self::Response, ResolveError>> + Send + 'static>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), ResolveError>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, name: Name) -> Self::Future {
+        let host = name.as_str().to_owned();
+        Box::pin(async move {
+            // Port 0: the connector puts the URL's port in.
+            let found = tokio::net::lookup_host((host.as_str(), 0))
+                .await
+                .map(|addrs| addrs.collect::<Vec<_>>());
+            match found {
+                Ok(addrs) => Ok(addrs.into_iter()),
+                Err(source) => Err(ResolveError { host, source }),
+            }
+        })
+    }
+}
+
+/// Turns a failed upstream request into the answer, by the type of its cause: the client's
+/// body (`400`, `413`), the upstream's address (did not resolve), or the upstream itself.
+pub fn classify(upstream: &ServerName, e: &(dyn StdError + 'static)) -> ProxyError {
+    let mut cur: Option<&(dyn StdError + 'static)> = Some(e);
+    while let Some(err) = cur {
+        if let Some(too_large) = err.downcast_ref::<BodyTooLarge>() {
+            return ProxyError::BodyTooLarge {
+                limit: too_large.limit,
+            };
+        }
+        if let Some(failed) = err.downcast_ref::<ClientBodyFailed>() {
+            return ProxyError::ClientBody {
+                cause: failed.cause.clone(),
+            };
+        }
+        if err.downcast_ref::<ResolveError>().is_some() {
+            return ProxyError::Unresolved {
+                upstream: upstream.clone(),
+                cause: causes(err),
+            };
+        }
+        cur = err.source();
+    }
+    ProxyError::Transport {
+        upstream: upstream.clone(),
+        cause: causes(e),
+    }
+}
 
 /// How to reach one kind of upstream.
 #[derive(Clone)]
@@ -96,7 +174,7 @@ impl Upstream {
         settings: &ClientSettings,
         response_header_timeout: Duration,
     ) -> Result<Self, String> {
-        let mut http = HttpConnector::new();
+        let mut http = HttpConnector::new_with_resolver(Resolver);
         http.enforce_http(false);
         http.set_connect_timeout(Some(settings.connect_timeout));
         http.set_nodelay(true);
@@ -231,13 +309,11 @@ impl Upstream {
         match tokio::time::timeout(self.response_header_timeout, self.client.request(req)).await {
             Ok(Ok(resp)) => Ok(resp),
             Ok(Err(e)) => {
-                if self.insecure_skip_verify {
+                let e = classify(&self.name, &e);
+                if self.insecure_skip_verify && !e.is_client_error() {
                     tracing::warn!(upstream = %self.name, url = %self.base, "connection failed while TLS verification is off (--insecure-skip-tls-verify): this upstream's certificate is not checked");
                 }
-                Err(ProxyError::Transport {
-                    upstream: self.name.clone(),
-                    cause: causes(&e),
-                })
+                Err(e)
             }
             Err(_) => Err(ProxyError::Timeout {
                 upstream: self.name.clone(),

@@ -89,7 +89,12 @@ pub async fn handle(
         .await;
     let resp = result.unwrap_or_else(|e| {
         spans::failed(&span, &e);
-        tracing::warn!(parent: &span, error = %e, %method, %path, route = route.kind(), "request failed");
+        if e.is_client_error() {
+            // The client's own fault (its body): no upstream failed.
+            tracing::info!(parent: &span, error = %e, %method, %path, route = route.kind(), "request refused");
+        } else {
+            tracing::warn!(parent: &span, error = %e, %method, %path, route = route.kind(), "request failed");
+        }
         record_peer_error(&app.metrics, &info, &e);
         e.to_response().map(full)
     });
@@ -133,9 +138,15 @@ async fn respond(
         Route::Local(_) => forward(&app.local, req, span, info, None).await,
         Route::Peer(name) => {
             // The snapshot that chose the peer knows how to reach it.
-            let peer = snap
-                .upstream(name)
-                .ok_or_else(|| ProxyError::BadRequest(format!("unknown peer {name}")))?;
+            // Not the client's fault if it did not (a 400 would be): no address is known.
+            let peer = snap.upstream(name).ok_or_else(|| ProxyError::PeersDown {
+                gvr: match info {
+                    RequestInfo::Resource(r) => r.gvr.to_string(),
+                    _ => req.uri().path().to_owned(),
+                },
+                peers: name.to_string(),
+                cause: "no address is known for it".to_owned(),
+            })?;
             forward(peer, req, span, info, Some(name)).await
         }
         Route::Discovery(format) => {

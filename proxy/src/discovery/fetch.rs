@@ -21,6 +21,7 @@ use super::types::{
     ACCEPT_NOPEER, AGGREGATED_GROUP, AGGREGATED_KIND, ApiGroupDiscovery, ApiGroupDiscoveryList,
     ApiGroupList, ApiResourceList, ApiVersions,
 };
+use crate::error::ProxyError;
 use crate::forward::{Upstream, causes};
 
 const ACCEPT_JSON: &str = "application/json";
@@ -115,10 +116,9 @@ async fn get(f: &Fetch<'_>, path: &str, accept: &str) -> Result<Document, FetchE
         Ok(r) => r,
         Err(e) => {
             (f.observe)(StatusCode::SERVICE_UNAVAILABLE);
-            let message = format!("GET {path}: {e}");
             return Err(FetchError {
-                kind: error_kind(&message),
-                message,
+                kind: error_kind(&e),
+                message: format!("GET {path}: {e}"),
             });
         }
     };
@@ -168,13 +168,12 @@ async fn get(f: &Fetch<'_>, path: &str, accept: &str) -> Result<Document, FetchE
     }
 }
 
-/// hyper-util reports a failed name lookup as a `dns error`: the peer's address, not its
-/// discovery, is what failed.
-fn error_kind(message: &str) -> &'static str {
-    if message.contains("dns error") || message.contains("failed to lookup address") {
-        "hostport_resolution"
-    } else {
-        "fetch_discovery"
+/// A name that did not resolve (told by the error's type, see [`crate::forward::classify`]):
+/// the peer's address, not its discovery, is what failed.
+fn error_kind(e: &ProxyError) -> &'static str {
+    match e {
+        ProxyError::Unresolved { .. } => "hostport_resolution",
+        _ => "fetch_discovery",
     }
 }
 
@@ -283,12 +282,38 @@ mod tests {
         assert!(e.message.starts_with("GET /apis: "), "{e}");
     }
 
-    #[test]
-    fn name_resolution_failures_are_told_apart() {
-        let dns = "GET /api: apiserver-b could not be reached: client error (Connect): dns error: failed to lookup address information: Name or service not known";
-        assert_eq!(error_kind(dns), "hostport_resolution");
-        let refused = "GET /api: apiserver-b could not be reached: client error (Connect): tcp connect error: Connection refused (os error 111)";
-        assert_eq!(error_kind(refused), "fetch_discovery");
+    fn upstream_at(url: &str) -> Upstream {
+        let settings = crate::forward::ClientSettings {
+            tls: None,
+            server_name: None,
+            connect_timeout: Duration::from_secs(5),
+            insecure_skip_verify: false,
+        };
+        Upstream::new(
+            "peer".into(),
+            url.parse().unwrap(),
+            &settings,
+            Duration::from_secs(10),
+        )
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn name_resolution_failures_are_told_apart_by_type() {
+        // a label over 63 characters: the resolver refuses it without asking any DNS server
+        let host = format!("{}.invalid", "a".repeat(70));
+        let e = fetch(&upstream_at(&format!("http://{host}:80")), 1024, &|_| {})
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind, "hostport_resolution", "{e}");
+        assert!(e.message.contains(&host), "names the host: {e}");
+
+        // a port nobody listens on: the peer's discovery failed, not its address
+        let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", closed.local_addr().unwrap());
+        drop(closed);
+        let e = fetch(&upstream_at(&url), 1024, &|_| {}).await.unwrap_err();
+        assert_eq!(e.kind, "fetch_discovery", "{e}");
     }
 
     #[test]
