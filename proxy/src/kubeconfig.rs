@@ -82,6 +82,16 @@ pub fn load(path: &Path) -> Result<KubeConfig, String> {
 }
 
 fn parse(path: &Path, text: &str) -> Result<KubeConfig, String> {
+    parse_with(path, text, &|f: &Path| std::fs::read(f))
+}
+
+/// Reads the current context of `text`, the contents of the kubeconfig at `path`, with
+/// `read_file` reading the files it names (the parser alone, for tests and fuzzing).
+pub fn parse_with(
+    path: &Path,
+    text: &str,
+    read_file: &dyn Fn(&Path) -> std::io::Result<Vec<u8>>,
+) -> Result<KubeConfig, String> {
     let file: File = serde_yaml_ng::from_str(text).map_err(|e| e.to_string())?;
     let context = find(&file.contexts, &file.current_context, "current context")?;
     let cluster = find(&file.clusters, &context.cluster, "cluster")?;
@@ -103,7 +113,7 @@ fn parse(path: &Path, text: &str) -> Result<KubeConfig, String> {
                 .map_err(|e| format!("{what}-data: {e}")),
             (None, Some(f)) => {
                 let f = dir.join(f);
-                std::fs::read(&f)
+                read_file(&f)
                     .map(Some)
                     .map_err(|e| format!("{what} {}: {e}", f.display()))
             }

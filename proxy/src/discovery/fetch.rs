@@ -178,7 +178,7 @@ fn error_kind(e: &ProxyError) -> &'static str {
 }
 
 /// `Some(true)` for v2, `Some(false)` for v2beta1, `None` for anything else.
-fn aggregated_version(headers: &HeaderMap) -> Option<bool> {
+pub fn aggregated_version(headers: &HeaderMap) -> Option<bool> {
     let ct = headers.get(header::CONTENT_TYPE)?.to_str().ok()?;
     let mut params = ct
         .split(';')
