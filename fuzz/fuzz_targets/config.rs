@@ -64,6 +64,10 @@ fuzz_target!(|data: &[u8]| {
         &mut args.requestheader_client_ca_file,
         &mut args.peer_source_token_file,
         &mut args.kubeconfig,
+        &mut args.admin_tls_cert_file,
+        &mut args.admin_tls_key_file,
+        &mut args.admin_client_ca_file,
+        &mut args.admin_auth_token_file,
     ] {
         tame(p);
     }

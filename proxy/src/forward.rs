@@ -259,6 +259,16 @@ impl Upstream {
         Ok((parts.status, parts.headers, body))
     }
 
+    /// Sends mvproxy's own request `req` (its path and query, against this upstream).
+    pub async fn request(
+        &self,
+        mut req: Request<Body>,
+    ) -> Result<Response<hyper::body::Incoming>, ProxyError> {
+        let path_and_query = req.uri().path_and_query().map(|pq| pq.as_str().to_owned());
+        *req.uri_mut() = self.uri_for(path_and_query.as_deref())?;
+        self.send(req).await
+    }
+
     /// GETs `path` with `headers`; the body is left streaming (a watch).
     pub async fn open(
         &self,

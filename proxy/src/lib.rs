@@ -32,6 +32,7 @@ pub mod admin;
 pub mod app;
 pub mod classify;
 pub mod config;
+pub mod delegated;
 pub mod demo;
 pub mod discovery;
 pub mod error;
