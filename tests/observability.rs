@@ -24,13 +24,15 @@ use crate::cluster::{Cluster, wait_discovery};
 
 /// Only 1.31 (apiserver-b) serves this GVR.
 const OLD_ONLY: &str = "/apis/resource.k8s.io/v1alpha3/namespaces/default/podschedulingcontexts";
+/// Only 1.34 (apiserver-a) serves this GVR.
+const NEW_ONLY: &str = "/apis/coordination.k8s.io/v1beta1/namespaces/default/leasecandidates";
 const V2: &str =
     "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json";
 const NOPEER: &str =
     "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList;profile=nopeer";
 
 /// The families of README.md's metric table.
-const CONTRACT_FAMILIES: [&str; 13] = [
+const CONTRACT_FAMILIES: [&str; 14] = [
     "mvproxy_rerouted_request_total",
     "mvproxy_peer_proxy_errors_total",
     "mvproxy_peer_discovery_sync_errors_total",
@@ -44,6 +46,7 @@ const CONTRACT_FAMILIES: [&str; 13] = [
     "mvproxy_peer_discovery_fetch_duration_seconds",
     "mvproxy_peer_up",
     "mvproxy_discovery_resources",
+    "mvproxy_skew_requests_total",
 ];
 
 fn repo() -> PathBuf {
@@ -1292,6 +1295,7 @@ async fn healthy_traffic(c: &Cluster) {
             StatusCode::OK,
         ),
         (OLD_ONLY, "application/json", StatusCode::OK),
+        (NEW_ONLY, "application/json", StatusCode::OK),
         ("/apis", V2, StatusCode::OK),
         ("/apis", NOPEER, StatusCode::OK),
         (
@@ -1487,6 +1491,7 @@ async fn dashboards_and_rules_match_a_live_scrape_and_real_prometheus_answers_th
             );
             // keep traffic flowing while Prometheus catches up
             let _ = get(&format!("{}{OLD_ONLY}", proxy_a.url()), &[]).await;
+            let _ = get(&format!("{}{NEW_ONLY}", proxy_a.url()), &[]).await;
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
     }

@@ -84,6 +84,35 @@ pub struct ServerLabels {
     pub server: String,
 }
 
+/// Label values of `side` in `mvproxy_skew_requests_total`: which servers serve the GVR of a
+/// request that not every server serves, judged from each server's `/version`.
+pub mod side {
+    /// Only servers older than the newest release serve it: the request breaks once the
+    /// upgrade completes.
+    pub const OLD_ONLY: &str = "old_only";
+    /// Only servers of the newest release serve it: the request breaks on a rollback.
+    pub const NEW_ONLY: &str = "new_only";
+    /// Some servers of one release serve it and others of the same release do not (a
+    /// feature gate, `--runtime-config`, or a single release with uneven surfaces).
+    pub const PARTIAL: &str = "partial";
+    /// Some server's release is unknown (its `/version` could not be read).
+    pub const UNKNOWN: &str = "unknown";
+}
+
+/// The `client` of every agent past the tracked-clients bound (`--max-tracked-clients`).
+pub const OTHER_CLIENT: &str = "other";
+
+/// `mvproxy_skew_requests_total` labels. `client` is a bounded name derived from the
+/// `User-Agent` (never the raw header), `side` one of [`side`].
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SkewLabels {
+    pub client: String,
+    pub group: String,
+    pub version: String,
+    pub resource: String,
+    pub side: &'static str,
+}
+
 /// Exemplar labels: the trace that a latency observation came from.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct TraceLabels {
@@ -123,6 +152,8 @@ pub struct Metrics {
     pub peer_fetch_duration: HistogramFamily<PeerLabels>,
     pub peer_up: Family<PeerLabels, Gauge>,
     pub discovery_resources: Family<ServerLabels, Gauge>,
+    /// Requests for a GVR not every server serves, by client and side of the skew.
+    pub skew_requests: Family<SkewLabels, Counter>,
 }
 
 impl Metrics {
@@ -142,6 +173,7 @@ impl Metrics {
             peer_fetch_duration: Family::new_with_constructor(fetch_histogram),
             peer_up: Family::default(),
             discovery_resources: Family::default(),
+            skew_requests: Family::default(),
         };
         let r = registry.sub_registry_with_prefix("mvproxy");
         r.register(
@@ -212,6 +244,11 @@ impl Metrics {
             "discovery_resources",
             "GVRs each server serves, as last fetched",
             m.discovery_resources.clone(),
+        );
+        r.register(
+            "skew_requests",
+            "Requests for a GVR that not every server serves, by client (from the User-Agent), GVR and side of the skew",
+            m.skew_requests.clone(),
         );
         m
     }
@@ -298,6 +335,15 @@ mod tests {
         m.discovery_resources
             .get_or_create(&ServerLabels { server: "a".into() })
             .set(42);
+        m.skew_requests
+            .get_or_create(&SkewLabels {
+                client: "kube-controller-manager (sa kube-system/generic-garbage-collector)".into(),
+                group: "flowcontrol.apiserver.k8s.io".into(),
+                version: "v1beta3".into(),
+                resource: "flowschemas".into(),
+                side: side::OLD_ONLY,
+            })
+            .inc();
         let (text, _) = encode(&registry, false).unwrap();
         for name in [
             "mvproxy_rerouted_request_total{code=\"200\",group=\"resource.k8s.io\",version=\"v1beta2\",resource=\"resourceclaims\"} 1",
@@ -314,6 +360,7 @@ mod tests {
             "mvproxy_peer_discovery_fetch_duration_seconds_count{peer=\"b\"} 1",
             "mvproxy_peer_up{peer=\"b\"} 1",
             "mvproxy_discovery_resources{server=\"a\"} 42",
+            "mvproxy_skew_requests_total{client=\"kube-controller-manager (sa kube-system/generic-garbage-collector)\",group=\"flowcontrol.apiserver.k8s.io\",version=\"v1beta3\",resource=\"flowschemas\",side=\"old_only\"} 1",
         ] {
             assert!(text.contains(name), "missing {name:?} in\n{text}");
         }

@@ -1,0 +1,512 @@
+//! Sending a request to an upstream (the local API server or a peer) and streaming back its
+//! answer.
+//!
+//! Bodies stream both ways, frame by frame, so a watch reaches the client as each event
+//! arrives (hyper writes every frame as it comes, well inside upstream's 200 ms flush
+//! interval). HTTP/1.1 upgrades (exec, attach, port-forward) become a byte tunnel. Hop-by-hop
+//! headers are dropped as RFC 9110 §7.6.1 says; everything else, `Authorization` and
+//! `Impersonate-*` included, passes as sent (identity headers are [`crate::identity`]'s). The upstream's status, headers and body come back
+//! unchanged. Failures before a response arrives become a [`ProxyError`] naming the upstream
+//! and the cause; there is no retry (one hop, as upstream).
+
+use std::error::Error as StdError;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{Request, Response, StatusCode, Uri};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Empty, Full, Limited};
+use hyper_rustls::{FixedServerNameResolver, HttpsConnector, HttpsConnectorBuilder};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::connect::dns::{GaiAddrs, GaiResolver, Name};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+
+use crate::discovery::ServerName;
+use crate::error::{ProxyError, TransportFailure};
+use crate::limits::{BodyTooLarge, ClientBodyFailed};
+use crate::route::PEER_PROXIED;
+
+/// Boxed error of a streamed body.
+pub type BoxError = Box<dyn StdError + Send + Sync>;
+/// The body type on both sides of the proxy.
+pub type Body = BoxBody<Bytes, BoxError>;
+
+/// The port of an upstream URL, or its scheme's default.
+pub fn port_of(url: &Uri) -> u16 {
+    url.port_u16()
+        .unwrap_or(if url.scheme_str() == Some("https") {
+            443
+        } else {
+            80
+        })
+}
+
+/// A body holding `bytes`.
+pub fn full(bytes: impl Into<Bytes>) -> Body {
+    Full::new(bytes.into())
+        .map_err(|never| match never {})
+        .boxed()
+}
+
+/// An empty body.
+pub fn empty() -> Body {
+    Empty::new().map_err(|never| match never {}).boxed()
+}
+
+type HttpsClient = Client<HttpsConnector<HttpConnector<Resolver>>, Body>;
+
+/// Why an [`Upstream`] could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum UpstreamError {
+    /// The configured TLS server name is not a DNS name or an IP address.
+    #[error("server name {name:?}: {source}")]
+    ServerName {
+        name: String,
+        source: rustls::pki_types::InvalidDnsNameError,
+    },
+}
+
+/// A failed name lookup: the upstream's address, not the upstream, is what failed.
+/// [`Upstream`]'s errors are told apart by finding this type in their source chain.
+#[derive(Debug, thiserror::Error)]
+#[error("{source}")]
+pub struct ResolveError {
+    /// The host name looked up.
+    pub host: String,
+    source: std::io::Error,
+}
+
+/// The system resolver (`getaddrinfo`, as hyper-util's default), its failures typed as
+/// [`ResolveError`].
+#[derive(Clone)]
+struct Resolver(GaiResolver);
+
+type ResolveFuture = Pin<Box<dyn Future<Output = Result<GaiAddrs, ResolveError>> + Send>>;
+
+impl tower_service::Service<Name> for Resolver {
+    type Response = GaiAddrs;
+    type Error = ResolveError;
+    type Future = ResolveFuture;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), ResolveError>> {
+        self.0.poll_ready(cx).map_err(|source| ResolveError {
+            host: String::new(),
+            source,
+        })
+    }
+
+    fn call(&mut self, name: Name) -> ResolveFuture {
+        let host = name.as_str().to_owned();
+        let lookup = self.0.call(name);
+        Box::pin(async move { lookup.await.map_err(|source| ResolveError { host, source }) })
+    }
+}
+
+/// A failed request that was the client's fault, by the types in its source chain: its body
+/// went over the limit (`413`) or could not be read (`400`). hyper reports a request body
+/// that failed as a failed request; without this the upstream would be blamed.
+fn client_fault(e: &(dyn StdError + 'static)) -> Option<ProxyError> {
+    let mut cur = Some(e);
+    while let Some(err) = cur {
+        if let Some(too_large) = err.downcast_ref::<BodyTooLarge>() {
+            return Some(ProxyError::BodyTooLarge {
+                limit: too_large.limit,
+            });
+        }
+        if let Some(failed) = err.downcast_ref::<ClientBodyFailed>() {
+            return Some(ProxyError::ClientBody {
+                cause: failed.cause.clone(),
+            });
+        }
+        cur = err.source();
+    }
+    None
+}
+
+/// What kind of transport failure `e` is, by the types in its source chain.
+fn transport_failure(e: &(dyn StdError + 'static)) -> TransportFailure {
+    let mut cur = Some(e);
+    while let Some(err) = cur {
+        if err.is::<ResolveError>() {
+            return TransportFailure::NameResolution;
+        }
+        cur = err.source();
+    }
+    TransportFailure::Other
+}
+
+/// How to reach one kind of upstream.
+#[derive(Clone)]
+pub struct ClientSettings {
+    /// TLS for `https` URLs; `None` allows `http` only.
+    pub tls: Option<rustls::ClientConfig>,
+    /// SNI and verified name for TLS upstreams; `None` uses the URL's host.
+    pub server_name: Option<String>,
+    pub connect_timeout: Duration,
+    /// `tls` does not verify certificates (`--insecure-skip-tls-verify`): every failure to
+    /// reach the upstream logs a warning saying so.
+    pub insecure_skip_verify: bool,
+}
+
+/// One upstream: its name, its base URL and a pooled client.
+#[derive(Clone)]
+pub struct Upstream {
+    pub name: ServerName,
+    /// `scheme://authority` of the upstream.
+    pub base: Uri,
+    client: HttpsClient,
+    response_header_timeout: Duration,
+    insecure_skip_verify: bool,
+}
+
+impl std::fmt::Debug for Upstream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Upstream")
+            .field("name", &self.name)
+            .field("base", &self.base)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Upstream {
+    /// An upstream with its own connection pool.
+    pub fn new(
+        name: ServerName,
+        base: Uri,
+        settings: &ClientSettings,
+        response_header_timeout: Duration,
+    ) -> Result<Self, UpstreamError> {
+        let mut http = HttpConnector::new_with_resolver(Resolver(GaiResolver::new()));
+        http.enforce_http(false);
+        http.set_connect_timeout(Some(settings.connect_timeout));
+        http.set_nodelay(true);
+        // An empty trust store for http:// upstreams: config validation requires a CA file
+        // for every https:// one, so this config never verifies anything.
+        let tls = settings.tls.clone().unwrap_or_else(|| {
+            rustls::ClientConfig::builder()
+                .with_root_certificates(rustls::RootCertStore::empty())
+                .with_no_client_auth()
+        });
+        let builder = HttpsConnectorBuilder::new()
+            .with_tls_config(tls)
+            .https_or_http();
+        let builder = match &settings.server_name {
+            Some(sni) => {
+                let name =
+                    rustls::pki_types::ServerName::try_from(sni.clone()).map_err(|source| {
+                        UpstreamError::ServerName {
+                            name: sni.clone(),
+                            source,
+                        }
+                    })?;
+                builder.with_server_name_resolver(FixedServerNameResolver::new(name))
+            }
+            None => builder,
+        };
+        let connector = builder.enable_http1().wrap_connector(http);
+        let insecure_skip_verify =
+            settings.insecure_skip_verify && base.scheme_str() == Some("https");
+        let client = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(Duration::from_secs(90))
+            .build(connector);
+        Ok(Self {
+            name,
+            base,
+            client,
+            response_header_timeout,
+            insecure_skip_verify,
+        })
+    }
+
+    /// Forwards `req` (its path and query byte for byte) and returns the upstream's response.
+    /// `peer_hop` adds the loop guard so the peer serves it locally.
+    pub async fn forward<B>(
+        &self,
+        mut req: Request<B>,
+        peer_hop: bool,
+    ) -> Result<Response<Body>, ProxyError>
+    where
+        B: http_body::Body<Data = Bytes> + Send + Sync + 'static,
+        B::Error: Into<BoxError>,
+    {
+        let upgrade = is_upgrade(req.headers());
+        let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
+        let (mut parts, body) = req.into_parts();
+        parts.uri = self.uri_for(parts.uri.path_and_query().map(|pq| pq.as_str()))?;
+        parts.version = http::Version::HTTP_11;
+        strip_hop_by_hop(&mut parts.headers, upgrade);
+        parts.headers.remove(header::HOST);
+        if peer_hop {
+            parts
+                .headers
+                .insert(PEER_PROXIED, HeaderValue::from_static("true"));
+        }
+        let body = body.map_err(Into::into).boxed();
+        let mut resp = self.send(Request::from_parts(parts, body)).await?;
+        if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
+            if let Some(client_upgrade) = client_upgrade {
+                let upstream_upgrade = hyper::upgrade::on(&mut resp);
+                tokio::spawn(tunnel(client_upgrade, upstream_upgrade));
+            }
+        } else {
+            strip_hop_by_hop(resp.headers_mut(), false);
+        }
+        Ok(resp.map(|b| b.map_err(BoxError::from).boxed()))
+    }
+
+    /// GETs `path` with `accept` and collects at most `limit` bytes of body (discovery).
+    pub async fn get(
+        &self,
+        path: &str,
+        accept: &str,
+        limit: usize,
+    ) -> Result<(StatusCode, HeaderMap, Bytes), ProxyError> {
+        let (parts, body) = self.get_response(path, accept).await?.into_parts();
+        let body = self.collect(path, body, limit).await?;
+        Ok((parts.status, parts.headers, body))
+    }
+
+    /// Sends mvproxy's own request `req` (its path and query, against this upstream).
+    pub async fn request(
+        &self,
+        mut req: Request<Body>,
+    ) -> Result<Response<hyper::body::Incoming>, ProxyError> {
+        let path_and_query = req.uri().path_and_query().map(|pq| pq.as_str().to_owned());
+        *req.uri_mut() = self.uri_for(path_and_query.as_deref())?;
+        self.send(req).await
+    }
+
+    /// GETs `path` with `headers`; the body is left streaming (a watch).
+    pub async fn open(
+        &self,
+        path: &str,
+        headers: HeaderMap,
+    ) -> Result<Response<hyper::body::Incoming>, ProxyError> {
+        let mut req = Request::new(empty());
+        *req.uri_mut() = self.uri_for(Some(path))?;
+        *req.headers_mut() = headers;
+        self.send(req).await
+    }
+
+    /// Collects at most `limit` bytes of a response body from `path`.
+    pub async fn collect(
+        &self,
+        path: &str,
+        body: hyper::body::Incoming,
+        limit: usize,
+    ) -> Result<Bytes, ProxyError> {
+        Ok(Limited::new(body, limit)
+            .collect()
+            .await
+            .map_err(|e| ProxyError::Transport {
+                upstream: self.name.clone(),
+                failure: TransportFailure::Other,
+                cause: format!("reading {path}: {}", causes(e.as_ref())),
+            })?
+            .to_bytes())
+    }
+
+    /// GETs `path` with `accept`; the body is the caller's to read (and to bound).
+    pub async fn get_response(
+        &self,
+        path: &str,
+        accept: &str,
+    ) -> Result<Response<hyper::body::Incoming>, ProxyError> {
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            header::ACCEPT,
+            HeaderValue::from_str(accept).map_err(|e| ProxyError::BadRequest(e.to_string()))?,
+        );
+        self.open(path, headers).await
+    }
+
+    async fn send(
+        &self,
+        req: Request<Body>,
+    ) -> Result<Response<hyper::body::Incoming>, ProxyError> {
+        match tokio::time::timeout(self.response_header_timeout, self.client.request(req)).await {
+            Ok(Ok(resp)) => Ok(resp),
+            Ok(Err(e)) => {
+                if let Some(client) = client_fault(&e) {
+                    return Err(client);
+                }
+                if self.insecure_skip_verify {
+                    tracing::warn!(upstream = %self.name, url = %self.base, "connection failed while TLS verification is off (--insecure-skip-tls-verify): this upstream's certificate is not checked");
+                }
+                Err(ProxyError::Transport {
+                    upstream: self.name.clone(),
+                    failure: transport_failure(&e),
+                    cause: causes(&e),
+                })
+            }
+            Err(_) => Err(ProxyError::Timeout {
+                upstream: self.name.clone(),
+                seconds: self.response_header_timeout.as_secs().max(1),
+            }),
+        }
+    }
+
+    fn uri_for(&self, path_and_query: Option<&str>) -> Result<Uri, ProxyError> {
+        let mut parts = self.base.clone().into_parts();
+        parts.path_and_query = Some(
+            path_and_query
+                .unwrap_or("/")
+                .parse()
+                .map_err(|e: http::uri::InvalidUri| ProxyError::BadRequest(e.to_string()))?,
+        );
+        Uri::from_parts(parts).map_err(|e| ProxyError::BadRequest(e.to_string()))
+    }
+}
+
+/// Splices the client's and the upstream's upgraded connections together.
+async fn tunnel(client: hyper::upgrade::OnUpgrade, upstream: hyper::upgrade::OnUpgrade) {
+    let (client, upstream) = match tokio::try_join!(client, upstream) {
+        Ok(pair) => pair,
+        Err(e) => {
+            tracing::debug!(error = %e, "upgrade failed");
+            return;
+        }
+    };
+    let (mut a, mut b) = (TokioIo::new(client), TokioIo::new(upstream));
+    if let Err(e) = tokio::io::copy_bidirectional(&mut a, &mut b).await {
+        tracing::debug!(error = %e, "upgraded connection closed");
+    }
+}
+
+/// Whether the request asks for a protocol upgrade (`Connection: upgrade` with `Upgrade`).
+pub fn is_upgrade(headers: &HeaderMap) -> bool {
+    headers.contains_key(header::UPGRADE) && connection_tokens(headers).any(|t| t == "upgrade")
+}
+
+fn connection_tokens(headers: &HeaderMap) -> impl Iterator<Item = String> + '_ {
+    headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|t| t.trim().to_ascii_lowercase())
+        .filter(|t| !t.is_empty())
+}
+
+/// Removes hop-by-hop headers (RFC 9110 §7.6.1): those named by `Connection` and the
+/// standard set. For an upgrade, `Connection: upgrade` and `Upgrade` must reach the upstream.
+pub fn strip_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) {
+    let named: Vec<String> = connection_tokens(headers).collect();
+    for name in named {
+        if keep_upgrade && name == "upgrade" {
+            continue;
+        }
+        if let Ok(h) = HeaderName::from_bytes(name.as_bytes()) {
+            headers.remove(h);
+        }
+    }
+    for h in [
+        header::TE,
+        header::TRAILER,
+        header::TRANSFER_ENCODING,
+        HeaderName::from_static("keep-alive"),
+        HeaderName::from_static("proxy-connection"),
+    ] {
+        headers.remove(h);
+    }
+    if keep_upgrade {
+        headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+    } else {
+        headers.remove(header::CONNECTION);
+        headers.remove(header::UPGRADE);
+    }
+}
+
+/// An error and its sources in words, deduplicated ("tcp connect error: Connection refused").
+pub fn causes(e: &(dyn StdError + 'static)) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut cur: Option<&(dyn StdError + 'static)> = Some(e);
+    while let Some(err) = cur {
+        let s = err.to_string();
+        if !parts.iter().any(|p| p.contains(&s)) {
+            parts.push(s);
+        }
+        cur = err.source();
+    }
+    parts.join(": ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An error with a source, as hyper-util's client and connector errors wrap their causes.
+    #[derive(Debug, thiserror::Error)]
+    #[error("{0}")]
+    struct Wrapped(&'static str, #[source] Box<dyn StdError + Send + Sync>);
+
+    #[test]
+    fn a_failed_lookup_is_recognised_by_its_type_anywhere_in_the_chain() {
+        let lookup = ResolveError {
+            host: "apiserver-b".to_owned(),
+            source: std::io::Error::other("failed to lookup address information"),
+        };
+        let e = Wrapped(
+            "client error (Connect)",
+            Box::new(Wrapped("dns error", Box::new(lookup))),
+        );
+        assert_eq!(transport_failure(&e), TransportFailure::NameResolution);
+        assert_eq!(
+            causes(&e),
+            "client error (Connect): dns error: failed to lookup address information"
+        );
+        // the same words without the type are some other failure
+        let words = Wrapped(
+            "client error (Connect)",
+            Box::new(std::io::Error::other(
+                "dns error: failed to lookup address information",
+            )),
+        );
+        assert_eq!(transport_failure(&words), TransportFailure::Other);
+    }
+
+    #[test]
+    fn hop_by_hop_headers_are_dropped_and_end_to_end_ones_kept() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::CONNECTION,
+            HeaderValue::from_static("keep-alive, x-secret-hop"),
+        );
+        h.insert("keep-alive", HeaderValue::from_static("timeout=5"));
+        h.insert("x-secret-hop", HeaderValue::from_static("1"));
+        h.insert(header::TE, HeaderValue::from_static("trailers"));
+        h.insert(
+            header::TRANSFER_ENCODING,
+            HeaderValue::from_static("chunked"),
+        );
+        h.insert(header::AUTHORIZATION, HeaderValue::from_static("Bearer t"));
+        h.insert("impersonate-user", HeaderValue::from_static("alice"));
+        h.insert(header::ACCEPT, HeaderValue::from_static("application/json"));
+        strip_hop_by_hop(&mut h, false);
+        let mut left: Vec<_> = h.keys().map(|k| k.as_str()).collect();
+        left.sort();
+        assert_eq!(left, ["accept", "authorization", "impersonate-user"]);
+    }
+
+    #[test]
+    fn upgrade_keeps_connection_upgrade() {
+        let mut h = HeaderMap::new();
+        h.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
+        h.insert(header::UPGRADE, HeaderValue::from_static("SPDY/3.1"));
+        assert!(is_upgrade(&h));
+        strip_hop_by_hop(&mut h, true);
+        assert_eq!(h[header::CONNECTION], "upgrade");
+        assert_eq!(h[header::UPGRADE], "SPDY/3.1");
+        let mut plain = HeaderMap::new();
+        plain.insert(header::UPGRADE, HeaderValue::from_static("h2c"));
+        assert!(
+            !is_upgrade(&plain),
+            "Upgrade without Connection: upgrade is not an upgrade"
+        );
+    }
+}
