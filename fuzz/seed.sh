@@ -89,6 +89,10 @@ printf 'current-context: c\ncontexts: [{name: c, context: {cluster: k}}]\ncluste
 cat >"$c/peers/seed-leases" <<'JSON'
 [{"metadata":{"name":"apiserver-abc","namespace":"kube-system","labels":{"apiserver.kubernetes.io/identity":"kube-apiserver"},"annotations":{"kubernetes.io/peer-advertise-address":"10.0.0.2:6443"}},"spec":{"holderIdentity":"apiserver-abc_1","leaseDurationSeconds":3600,"renewTime":"2026-09-21T10:00:00.000000Z"}},{"metadata":{"name":"apiserver-self","labels":{"apiserver.kubernetes.io/identity":"kube-apiserver"},"annotations":{"kubernetes.io/peer-advertise-address":"10.0.0.1:6443"}},"spec":{"holderIdentity":"x"}}]
 JSON
+# a duration past the end of time (SystemTime + Duration once panicked on it)
+cat >"$c/peers/seed-lease-forever" <<'JSON'
+[{"metadata":{"name":"apiserver-b","labels":{"apiserver.kubernetes.io/identity":"kube-apiserver"},"annotations":{"kubernetes.io/peer-advertise-address":"10.0.0.2:6443"}},"spec":{"holderIdentity":"b_1","leaseDurationSeconds":18446744073709551615,"renewTime":"2026-09-21T10:00:00.000000Z"}}]
+JSON
 cat >"$c/peers/seed-endpointslices" <<'JSON'
 [{"metadata":{"name":"kubernetes","namespace":"default"},"addressType":"IPv4","ports":[{"name":"https","port":6443,"protocol":"TCP"}],"endpoints":[{"addresses":["10.0.0.1"],"conditions":{"ready":true}},{"addresses":["10.0.0.2"],"conditions":{"ready":true}},{"addresses":["10.0.0.3"],"conditions":{"ready":false}}]}]
 JSON
