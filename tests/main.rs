@@ -17,6 +17,7 @@ mod metrics;
 mod observability;
 mod peer_sources;
 mod readiness;
+mod real_discovery;
 mod routing;
 mod tls;
 mod tls_files;

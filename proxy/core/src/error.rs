@@ -11,6 +11,7 @@
 
 use bytes::Bytes;
 use http::{HeaderValue, Response, StatusCode, header};
+use mvproxy_telemetry::metrics::values;
 
 use crate::discovery::ServerName;
 
@@ -55,6 +56,10 @@ pub enum ProxyError {
     /// The upstream accepted the connection but sent no response headers in time.
     #[error("{upstream} did not answer within {seconds}s")]
     Timeout { upstream: ServerName, seconds: u64 },
+    /// The snapshot that chose a peer has no upstream for it: an inconsistency inside
+    /// mvproxy, not the client's fault. Retryable: the next request reads a newer snapshot.
+    #[error("internal error: peer {peer} was chosen but has no upstream; retry")]
+    PeerUpstreamMissing { peer: ServerName },
     /// The request could not be turned into an upstream request (bad URI, bad header).
     #[error("bad request: {0}")]
     BadRequest(String),
@@ -83,6 +88,7 @@ impl ProxyError {
             Self::PeersDown { .. }
             | Self::SurfaceUnknown { .. }
             | Self::Transport { .. }
+            | Self::PeerUpstreamMissing { .. }
             | Self::TooManyConnections { .. } => StatusCode::SERVICE_UNAVAILABLE,
             Self::Timeout { .. } => StatusCode::GATEWAY_TIMEOUT,
             Self::BadRequest(_) | Self::ClientBody { .. } => StatusCode::BAD_REQUEST,
@@ -96,6 +102,7 @@ impl ProxyError {
             Self::PeersDown { .. }
             | Self::SurfaceUnknown { .. }
             | Self::Transport { .. }
+            | Self::PeerUpstreamMissing { .. }
             | Self::TooManyConnections { .. } => "ServiceUnavailable",
             Self::Timeout { .. } => "Timeout",
             Self::BadRequest(_) | Self::ClientBody { .. } => "BadRequest",
@@ -107,8 +114,10 @@ impl ProxyError {
     /// peer-proxy error at all.
     pub fn peer_error_type(&self) -> Option<&'static str> {
         match self {
-            Self::PeersDown { .. } | Self::SurfaceUnknown { .. } => Some("endpoint_resolution"),
-            Self::Transport { .. } | Self::Timeout { .. } => Some("proxy_transport"),
+            Self::PeersDown { .. }
+            | Self::SurfaceUnknown { .. }
+            | Self::PeerUpstreamMissing { .. } => Some(values::ENDPOINT_RESOLUTION),
+            Self::Transport { .. } | Self::Timeout { .. } => Some(values::PROXY_TRANSPORT),
             Self::BadRequest(_)
             | Self::ClientBody { .. }
             | Self::BodyTooLarge { .. }
@@ -227,6 +236,14 @@ mod tests {
                 400,
                 "BadRequest",
                 None,
+            ),
+            (
+                ProxyError::PeerUpstreamMissing {
+                    peer: ServerName::from("apiserver-b"),
+                },
+                503,
+                "ServiceUnavailable",
+                Some("endpoint_resolution"),
             ),
             (
                 ProxyError::BodyTooLarge { limit: 3 << 20 },

@@ -173,6 +173,24 @@ impl std::fmt::Debug for Upstream {
     }
 }
 
+/// The identity mvproxy's own discovery reads run as: upstream's peer discovery runs as
+/// `system:apiserver` (UID `system:apiserver`, group `system:authenticated`) and reaches the
+/// peer as front-proxy headers (k8s.io/apiserver `pkg/util/peerproxy/peer_discovery.go`, through
+/// `proxyRequestToDestinationAPIServer`). A real kube-apiserver refuses a request that presents
+/// the front-proxy client certificate without `X-Remote-User` with `401` (the certificate is
+/// not from its client CA, and requestheader authentication needs the user header), so without
+/// these headers no discovery is read through `--proxy-client-cert-file`. A server that does not
+/// trust the connection as a front proxy ignores them; discovery is readable by every
+/// authenticated user (the `system:discovery` ClusterRole).
+const DISCOVERY_USER: &str = "system:apiserver";
+const DISCOVERY_GROUP: &str = "system:authenticated";
+
+fn discovery_identity(headers: &mut HeaderMap) {
+    headers.insert("x-remote-user", HeaderValue::from_static(DISCOVERY_USER));
+    headers.insert("x-remote-uid", HeaderValue::from_static(DISCOVERY_USER));
+    headers.insert("x-remote-group", HeaderValue::from_static(DISCOVERY_GROUP));
+}
+
 impl Upstream {
     /// An upstream with its own connection pool.
     pub fn new(
@@ -322,6 +340,7 @@ impl Upstream {
             header::ACCEPT,
             HeaderValue::from_str(accept).map_err(|e| ProxyError::BadRequest(e.to_string()))?,
         );
+        discovery_identity(&mut headers);
         self.open(path, headers).await
     }
 

@@ -86,11 +86,6 @@ impl Authenticator {
         }
     }
 
-    /// Whether any client certificate is asked for at all.
-    pub fn wants_client_certs(&self) -> bool {
-        self.users.is_some() || self.proxies.is_some()
-    }
-
     /// The identity a verified chain proves (the TLS layer has verified it against the union
     /// of both CAs; which CA signed it decides what it may do).
     pub fn identify(&self, chain: Option<&[CertificateDer<'_>]>) -> ClientIdentity {

@@ -238,7 +238,7 @@ fn too_many_connections(req: &Request<Incoming>, limit: usize) -> Response<Body>
 const PREFACE_BYTES: usize = 24;
 
 /// A connection that fails its reads once `timeout` passes before its first
-/// [`PREFACE_BYTES`] arrive. hyper's automatic protocol detection reads them with no time
+/// `PREFACE_BYTES` arrive. hyper's automatic protocol detection reads them with no time
 /// limit, and its HTTP/1.1 header timeout only starts after it; this closes the gap.
 pub struct FirstBytes<I> {
     inner: I,
@@ -324,15 +324,15 @@ impl<I: AsyncWrite + Unpin> AsyncWrite for FirstBytes<I> {
 
 // === request bodies ===
 
-/// Most of a refused HTTP/1.1 body read and thrown away (see [`drain`]).
+/// Most of a refused HTTP/1.1 body read and thrown away (see `drain`).
 pub const DRAIN_BYTES: u64 = 64 << 20;
 /// Longest time spent on that.
-pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+pub const REFUSED_BODY_DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Reads and discards the rest of a refused HTTP/1.1 request body, so a client still writing
 /// it can finish and then read the `413`: if the connection closed under it (hyper closes
 /// one whose request body was not read), it would see a write error instead of the answer.
-/// Bounded by [`DRAIN_BYTES`] and [`DRAIN_TIMEOUT`], so refusing costs no more than that.
+/// Bounded by [`DRAIN_BYTES`] and [`REFUSED_BODY_DRAIN_TIMEOUT`], so refusing costs no more than that.
 /// HTTP/2 needs none of this: the stream is reset and the connection goes on.
 fn drain(mut body: Incoming, version: http::Version) {
     if version >= http::Version::HTTP_2 {
@@ -340,7 +340,7 @@ fn drain(mut body: Incoming, version: http::Version) {
     }
     tokio::spawn(async move {
         let mut left = DRAIN_BYTES;
-        let _ = tokio::time::timeout(DRAIN_TIMEOUT, async {
+        let _ = tokio::time::timeout(REFUSED_BODY_DRAIN_TIMEOUT, async {
             while let Some(Ok(frame)) = body.frame().await {
                 let len = frame.data_ref().map_or(0, |d| d.len() as u64);
                 match left.checked_sub(len) {

@@ -17,6 +17,7 @@ use hyper_util::rt::TokioIo;
 use hyper_util::server::graceful::GracefulShutdown;
 use mvproxy_telemetry::metrics::{
     Metrics, PeerErrorLabels, RequestLabels, RerouteLabels, ResultLabels, RouteLabels, TraceLabels,
+    TypeLabels, values,
 };
 use mvproxy_telemetry::propagation::{self, TraceIds};
 use tokio::net::TcpListener;
@@ -100,7 +101,7 @@ pub async fn handle(
         } else {
             tracing::warn!(parent: &span, error = %e, %method, %path, route = route.kind(), "request failed");
         }
-        record_peer_error(&app.metrics, &info, &e);
+        record_proxy_error(&app.metrics, &info, &route, &e);
         e.to_response().map(full)
     });
 
@@ -143,15 +144,9 @@ async fn respond(
         Route::Local(_) => forward(&app.local, req, span, info, None).await,
         Route::Peer(name) => {
             // The snapshot that chose the peer knows how to reach it.
-            // Not the client's fault if it did not (a 400 would be): no address is known.
-            let peer = snap.upstream(name).ok_or_else(|| ProxyError::PeersDown {
-                gvr: match info {
-                    RequestInfo::Resource(r) => r.gvr.to_string(),
-                    _ => req.uri().path().to_owned(),
-                },
-                peers: name.to_string(),
-                cause: "no address is known for it".to_owned(),
-            })?;
+            let peer = snap
+                .upstream(name)
+                .ok_or_else(|| ProxyError::PeerUpstreamMissing { peer: name.clone() })?;
             forward(peer, req, span, info, Some(name)).await
         }
         Route::Discovery(format) => {
@@ -231,7 +226,7 @@ fn merged_discovery(
     app.metrics
         .merges
         .get_or_create(&ResultLabels {
-            result: if hit { "hit" } else { "miss" },
+            result: values::result(hit),
         })
         .inc();
     if !hit {
@@ -286,7 +281,7 @@ fn record_lookup(app: &App, span: &Span, info: &RequestInfo, route: &Route, took
         app.cache.on_miss();
     }
     let labels = ResultLabels {
-        result: if hit { "hit" } else { "miss" },
+        result: values::result(hit),
     };
     app.metrics.cache_lookups.get_or_create(&labels).inc();
     app.metrics
@@ -306,18 +301,31 @@ fn gvr_labels(info: &RequestInfo) -> (String, String, String) {
     }
 }
 
-fn record_peer_error(metrics: &Metrics, info: &RequestInfo, e: &ProxyError) {
-    if let Some(ty) = e.peer_error_type() {
-        let (group, version, resource) = gvr_labels(info);
-        metrics
-            .peer_proxy_errors
-            .get_or_create(&PeerErrorLabels {
-                r#type: ty,
-                group,
-                version,
-                resource,
-            })
-            .inc();
+/// A failure to proxy: to a peer in `mvproxy_peer_proxy_errors_total` (upstream's family,
+/// errors proxying to a peer), to the local API server in `mvproxy_local_proxy_errors_total`.
+fn record_proxy_error(metrics: &Metrics, info: &RequestInfo, route: &Route, e: &ProxyError) {
+    let Some(ty) = e.peer_error_type() else {
+        return;
+    };
+    match route {
+        Route::Peer(_) | Route::Unavailable(_) => {
+            let (group, version, resource) = gvr_labels(info);
+            metrics
+                .peer_proxy_errors
+                .get_or_create(&PeerErrorLabels {
+                    r#type: ty,
+                    group,
+                    version,
+                    resource,
+                })
+                .inc();
+        }
+        Route::Local(_) | Route::Discovery(_) => {
+            metrics
+                .local_proxy_errors
+                .get_or_create(&TypeLabels { r#type: ty })
+                .inc();
+        }
     }
 }
 
@@ -386,7 +394,7 @@ fn method_label(m: &Method) -> &'static str {
 }
 
 /// How long in-flight requests get to finish after a shutdown signal (watches never finish).
-pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+pub const SHUTDOWN_DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Serves the proxy on `listener` until `shutdown` is cancelled, then drains open connections.
 pub async fn serve(
@@ -456,11 +464,11 @@ pub async fn serve(
         });
     }
     drop(listener);
-    if tokio::time::timeout(DRAIN_TIMEOUT, graceful.shutdown())
+    if tokio::time::timeout(SHUTDOWN_DRAIN_TIMEOUT, graceful.shutdown())
         .await
         .is_err()
     {
-        tracing::warn!("connections still open after {DRAIN_TIMEOUT:?}; closing them");
+        tracing::warn!("connections still open after {SHUTDOWN_DRAIN_TIMEOUT:?}; closing them");
     }
 }
 

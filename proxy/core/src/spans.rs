@@ -9,6 +9,7 @@
 //! no layer wants them and they cost next to nothing.
 
 use http::{Method, StatusCode, Uri};
+use mvproxy_telemetry::metrics::values;
 use mvproxy_telemetry::propagation;
 use mvproxy_telemetry::setup::SPAN_EVENTS;
 use tracing::Span;
@@ -126,10 +127,10 @@ pub fn failed(span: &Span, e: &ProxyError) {
 
 /// A span event: a routing-index lookup.
 pub fn lookup_event(span: &Span, hit: bool, micros: u128) {
-    tracing::info!(target: SPAN_EVENTS, parent: span, result = if hit { "hit" } else { "miss" }, duration_us = micros as u64, "discovery.lookup");
+    tracing::info!(target: SPAN_EVENTS, parent: span, result = values::result(hit), duration_us = micros as u64, "discovery.lookup");
 }
 
 /// A span event: the merged `/apis` served from cache or rebuilt.
 pub fn merge_event(span: &Span, hit: bool, micros: u128) {
-    tracing::info!(target: SPAN_EVENTS, parent: span, result = if hit { "hit" } else { "miss" }, duration_us = micros as u64, "discovery.merge");
+    tracing::info!(target: SPAN_EVENTS, parent: span, result = values::result(hit), duration_us = micros as u64, "discovery.merge");
 }

@@ -14,6 +14,7 @@
 use bytes::Bytes;
 use http::{HeaderMap, StatusCode, header};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
+use mvproxy_telemetry::metrics::values;
 
 use super::legacy::group_from_legacy;
 use super::snapshot::ServerView;
@@ -36,9 +37,9 @@ enum Document {
 
 /// `type` label of `mvproxy_peer_discovery_sync_errors_total` when a server's host name did
 /// not resolve.
-pub const SYNC_ERROR_HOSTPORT_RESOLUTION: &str = "hostport_resolution";
+pub const SYNC_ERROR_HOSTPORT_RESOLUTION: &str = values::HOSTPORT_RESOLUTION;
 /// `type` label of `mvproxy_peer_discovery_sync_errors_total` for every other failure.
-pub const SYNC_ERROR_FETCH_DISCOVERY: &str = "fetch_discovery";
+pub const SYNC_ERROR_FETCH_DISCOVERY: &str = values::FETCH_DISCOVERY;
 
 /// Why a fetch failed; each message starts with the request (`GET /apis: …`).
 #[derive(Debug, thiserror::Error)]
@@ -349,6 +350,52 @@ mod tests {
         let up = raw_server(head, vec![br#"{"items":[]}"#.to_vec()]).await;
         let e = fetch(&up, 1024, &|_| {}).await.unwrap_err();
         assert!(e.to_string().starts_with("GET /apis: "), "{e}");
+    }
+
+    /// A real kube-apiserver answers `401` to a discovery read over the front-proxy client
+    /// certificate that names no user (found against kube-apiserver 1.35.4 and 1.36.3 by
+    /// `scripts/conformance/control-plane.sh`; the stand-in did not authenticate). The fetch
+    /// says who it is, as upstream's peer discovery does.
+    #[tokio::test]
+    async fn discovery_reads_carry_upstreams_discovery_identity() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base: http::Uri = format!("http://{}", listener.local_addr().unwrap())
+            .parse()
+            .unwrap();
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            let mut buf = vec![0u8; 4096];
+            let mut seen = Vec::new();
+            while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
+                let n = s.read(&mut buf).await.unwrap();
+                seen.extend_from_slice(&buf[..n]);
+            }
+            let _ = tx.send(String::from_utf8_lossy(&seen).to_lowercase());
+            let _ = s
+                .write_all(b"HTTP/1.1 401 Unauthorized\r\ncontent-length: 0\r\n\r\n")
+                .await;
+        });
+        let settings = crate::forward::ClientSettings {
+            tls: None,
+            server_name: None,
+            connect_timeout: Duration::from_secs(5),
+            insecure_skip_verify: false,
+        };
+        let up = Upstream::new("peer".into(), base, &settings, Duration::from_secs(10)).unwrap();
+        let e = fetch(&up, 1024, &|_| {}).await.unwrap_err();
+        assert!(e.to_string().contains("HTTP 401"), "{e}");
+        let head = rx.await.unwrap();
+        for line in [
+            "x-remote-user: system:apiserver\r\n",
+            "x-remote-uid: system:apiserver\r\n",
+            "x-remote-group: system:authenticated\r\n",
+        ] {
+            assert!(
+                head.contains(line),
+                "{line:?} missing from the request:\n{head}"
+            );
+        }
     }
 
     #[test]
