@@ -138,7 +138,7 @@ pub async fn serve(
             let _ = watcher.watch(conn.into_owned()).await;
         });
     }
-    let _ = tokio::time::timeout(crate::server::DRAIN_TIMEOUT, graceful.shutdown()).await;
+    let _ = tokio::time::timeout(crate::server::SHUTDOWN_DRAIN_TIMEOUT, graceful.shutdown()).await;
 }
 
 /// 200 once every configured server has been fetched once or marked down.
