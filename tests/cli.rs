@@ -109,6 +109,37 @@ fn invalid_configuration_exits_2_with_one_line_naming_the_field() {
             ],
             "tls-reload-interval-seconds",
         ),
+        // plain HTTP admin endpoints off loopback: open to the node network, refused
+        (
+            &[
+                "serve",
+                "--local",
+                "http://127.0.0.1:1",
+                "--admin-listen",
+                "0.0.0.0:9464",
+            ],
+            "admin-listen",
+        ),
+        (
+            &[
+                "serve",
+                "--local",
+                "http://127.0.0.1:1",
+                "--admin-tls-cert-file",
+                "/etc/hostname",
+            ],
+            "admin-tls-key-file",
+        ),
+        (
+            &[
+                "serve",
+                "--local",
+                "http://127.0.0.1:1",
+                "--admin-client-ca-file",
+                "/etc/hostname",
+            ],
+            "admin-client-ca-file",
+        ),
     ];
     for (args, field) in cases {
         let mut args = args.to_vec();

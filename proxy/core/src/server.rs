@@ -95,7 +95,12 @@ pub async fn handle(
         .await;
     let resp = result.unwrap_or_else(|e| {
         spans::failed(&span, &e);
-        tracing::warn!(parent: &span, error = %e, %method, %path, route = route.kind(), "request failed");
+        if e.is_client_error() {
+            // The client's own fault (its body): no upstream failed.
+            tracing::info!(parent: &span, error = %e, %method, %path, route = route.kind(), "request refused");
+        } else {
+            tracing::warn!(parent: &span, error = %e, %method, %path, route = route.kind(), "request failed");
+        }
         record_proxy_error(&app.metrics, &info, &route, &e);
         e.to_response().map(full)
     });
