@@ -36,6 +36,7 @@ pub mod demo;
 pub mod discovery;
 pub mod error;
 pub mod forward;
+pub mod h2pool;
 pub mod identity;
 pub mod kubeconfig;
 pub mod limits;
