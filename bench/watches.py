@@ -8,7 +8,7 @@ Topology, all on 127.0.0.1, as in a cluster whose API servers speak TLS (and HTT
                                                       └──TLS──► mvproxy B ──► stand-in B (1.31)
 
 The TLS front and mvproxy B are mvproxy instances terminating TLS (HTTP/2 by ALPN) in front of
-stand-in API servers (`cargo run --example standin`). Half the watches ask for apps/v1
+stand-in API servers (`cargo run -p mvproxy-demo --example standin`). Half the watches ask for apps/v1
 deployments (served by A), half for resource.k8s.io/v1alpha3 podschedulingcontexts (only the
 1.31 server has them, so they take the peer hop). Then objects are created in both stand-ins
 at EVENT_RATE per second each for EVENT_SECONDS; every watch sees every create of its side.
@@ -31,7 +31,6 @@ import time
 import urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FIX = os.path.join(ROOT, "fixtures/discovery")
 TICK = os.sysconf("SC_CLK_TCK")
 SA, SB, FRONT, PB, PA = 18201, 18202, 18211, 18212, 18200
 LOCAL_PATH = "/apis/apps/v1/namespaces/default/deployments"
@@ -194,8 +193,8 @@ def main():
                         "-addext", "basicConstraints=critical,CA:FALSE"],
                        check=True, capture_output=True)
         # upstreams on core 1 with the client; mvproxy A alone on core 0
-        start([standin, "apiserver-a", f"{FIX}/kube-apiserver-1.34-dev/aggregated_v2.json", f"127.0.0.1:{SA}"], "1", "sa.log")
-        start([standin, "apiserver-b", f"{FIX}/kube-apiserver-1.31-dev/aggregated_v2.json", f"127.0.0.1:{SB}"], "1", "sb.log")
+        start([standin, "apiserver-a", "1.34", f"127.0.0.1:{SA}"], "1", "sa.log")
+        start([standin, "apiserver-b", "1.31", f"127.0.0.1:{SB}"], "1", "sb.log")
         wait_port(SA)
         wait_port(SB)
         common = ["--tls-cert-file", cert, "--tls-key-file", key, "--max-connections", str(2 * watches + 1024)]

@@ -9,6 +9,7 @@ for tool in openssl taskset python3; do
   command -v "$tool" >/dev/null || { export DEBIAN_FRONTEND=noninteractive; apt-get update -qq; apt-get install -y -qq openssl util-linux python3 >/dev/null; break; }
 done
 if [[ -z "${MVPROXY_BIN:-}" ]]; then
-  cargo build --release -p mvproxy --bin mvproxy --example standin -q
+  cargo build --release -p mvproxy --bin mvproxy -q
+  cargo build --release -p mvproxy-demo --example standin -q
 fi
 exec python3 bench/watches.py "$@"

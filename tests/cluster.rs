@@ -1,5 +1,6 @@
 //! A two-release control plane: stand-in API servers of 1.34 (`apiserver-a`) and 1.31
-//! (`apiserver-b`), each behind an `mvproxy` that has the other proxy as its peer.
+//! (`apiserver-b`), each reporting its release at `/version`, each behind an `mvproxy` that
+//! has the other proxy as its peer.
 
 use integration::*;
 
@@ -17,8 +18,8 @@ impl Cluster {
 
     /// As [`Cluster::start`], both proxies with extra environment variables.
     pub async fn start_with_env(env: &[(&str, &str)]) -> Cluster {
-        let a = standin("apiserver-a", &apis_134()).await;
-        let b = standin("apiserver-b", &apis_131()).await;
+        let a = standin_release("apiserver-a", &apis_134(), "v1.34.0").await;
+        let b = standin_release("apiserver-b", &apis_131(), "v1.31.0").await;
         let (port_a, port_b) = (free_port(), free_port());
         let url_a = format!("http://127.0.0.1:{port_a}");
         let url_b = format!("http://127.0.0.1:{port_b}");

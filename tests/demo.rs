@@ -43,7 +43,7 @@ fn demo(args: &[&str]) -> Output {
 }
 
 fn schema() -> Value {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../proxy/src/demo/report.schema.json");
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../proxy/demo/src/report.schema.json");
     let text = std::fs::read_to_string(&path).expect("the schema is in the repository");
     serde_json::from_str(&text).expect("the schema is JSON")
 }
@@ -67,7 +67,7 @@ fn n(v: &Value) -> u64 {
 
 /// GVRs served by both releases, from the embedded catalog.
 fn common_gvrs() -> Vec<String> {
-    mvproxy::demo::catalog::resources()
+    mvproxy_demo::catalog::resources()
         .into_iter()
         .filter(|r| r.old && r.new)
         .map(|r| r.gvr.to_string())
@@ -171,6 +171,56 @@ fn a_short_rehearsal_reconciles_with_the_proxies_metrics() {
     // The proxies merged discovery for the clients' GET /apis.
     assert!(n(&total["discovery"]["requests"]) > 0);
     assert!(n(&total["proxies"]["merges_built"]) > 0);
+
+    // Who would break: the operator on flowcontrol v1beta3 (removed in 1.32) after the
+    // upgrade, with every request mvproxy counted; the new release's APIs on a rollback.
+    let readiness = &report["readiness"];
+    let after = readiness["breaks_after_upgrade"].as_array().unwrap();
+    let operator = after
+        .iter()
+        .find(|c| c["client"] == "flowschema-tuner")
+        .unwrap_or_else(|| panic!("the operator is not listed: {readiness:#}"));
+    assert!(
+        operator["user_agent"]
+            .as_str()
+            .unwrap()
+            .starts_with("flowschema-tuner/v0.4.2 ")
+    );
+    assert!(n(&operator["requests"]) > 0);
+    for gvr in operator["gvrs"].as_object().unwrap().keys() {
+        assert!(
+            gvr.starts_with("flowcontrol.apiserver.k8s.io/v1beta3/"),
+            "{gvr}"
+        );
+    }
+    for side in ["breaks_after_upgrade", "breaks_on_rollback"] {
+        let clients = readiness[side].as_array().unwrap();
+        assert!(!clients.is_empty(), "{side}: {readiness:#}");
+        for c in clients {
+            assert_eq!(
+                n(&c["requests"]),
+                n(&c["counted_by_mvproxy"]),
+                "{side}: {c:#}"
+            );
+            assert_eq!(
+                c["gvrs"].as_object().unwrap().values().map(n).sum::<u64>(),
+                n(&c["requests"]),
+                "{c:#}"
+            );
+        }
+    }
+    assert!(
+        readiness["breaks_on_rollback"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|c| c["client"] != "flowschema-tuner"),
+        "{readiness:#}"
+    );
+    assert_eq!(
+        n(&total["skew_requests"]),
+        n(&total["proxies"]["skew_requests_total"])
+    );
 
     // The run sent exactly the planned sequence.
     let plan = demo(&["--duration", SHORT, "--seed", "1", "--plan-only"]);

@@ -14,6 +14,8 @@ struct Setup {
     /// Holds the front-proxy certificates' files.
     _front_proxy_ca: Ca,
     alice: integration::pki::Pair,
+    /// A client certificate naming a ServiceAccount.
+    deployer: integration::pki::Pair,
     intruder: integration::pki::Pair,
     a: StandInRunning,
     b: StandInRunning,
@@ -37,9 +39,14 @@ async fn setup() -> Setup {
     );
     let client = front_proxy_ca.issue("front-proxy-client", "front-proxy-client", &[]);
     let alice = cluster_ca.issue_client("alice", "alice", &["devs"]);
+    let deployer = cluster_ca.issue_client(
+        "deployer",
+        "system:serviceaccount:ci:deployer",
+        &["system:serviceaccounts"],
+    );
     let intruder = front_proxy_ca.issue_client("intruder", "intruder", &[]);
-    let a = standin("apiserver-a", &apis_134()).await;
-    let b = standin("apiserver-b", &apis_131()).await;
+    let a = standin_release("apiserver-a", &apis_134(), "v1.34.0").await;
+    let b = standin_release("apiserver-b", &apis_131(), "v1.31.0").await;
 
     let common = |args: &mut Vec<String>| {
         args.extend([
@@ -80,6 +87,7 @@ async fn setup() -> Setup {
         cluster_ca,
         _front_proxy_ca: front_proxy_ca,
         alice,
+        deployer,
         intruder,
         a,
         b,
@@ -175,4 +183,54 @@ async fn a_spoofed_identity_never_reaches_an_api_server() {
     assert_eq!(r.status, StatusCode::OK);
     let at_a = requests_for(&s.a, "/pods").pop().unwrap();
     assert_eq!(identity_headers(&at_a), (vec![], vec![]));
+}
+
+/// The client of `mvproxy_skew_requests_total` takes its ServiceAccount from the front-proxy
+/// identity a verified certificate proves, never from headers a client sets itself.
+#[tokio::test]
+async fn a_certificate_s_service_account_names_the_client_a_spoofed_one_does_not() {
+    let s = setup().await;
+    let ca = s.cluster_ca.cert_file();
+    let ua = (
+        "user-agent",
+        "kubectl/v1.31.0 (linux/amd64) kubernetes/9edcffc",
+    );
+    let r = https_get(s.proxy_a.listen, OLD_ONLY, &ca, Some(&s.deployer), &[ua])
+        .await
+        .unwrap();
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text());
+    let spoof = [
+        ua,
+        ("x-remote-user", "system:serviceaccount:kube-system:admin"),
+    ];
+    let r = https_get(s.proxy_a.listen, OLD_ONLY, &ca, None, &spoof)
+        .await
+        .unwrap();
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text());
+    let d = get(&format!("{}/debug/clients", s.proxy_a.admin_url()), &[])
+        .await
+        .unwrap()
+        .json();
+    let clients: Vec<(&str, u64)> = d["clients"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["client"].as_str().unwrap(),
+                c["breaks_after_upgrade"][0]["requests"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        clients,
+        [("kubectl", 1), ("kubectl (sa ci/deployer)", 1)],
+        "{d}"
+    );
+    // B received A's hop with the certificate's identity and counted nothing itself.
+    let d = get(&format!("{}/debug/clients", s.proxy_b.admin_url()), &[])
+        .await
+        .unwrap()
+        .json();
+    assert_eq!(d["clients"], serde_json::json!([]), "{d}");
 }

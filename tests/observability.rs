@@ -24,13 +24,15 @@ use crate::cluster::{Cluster, wait_discovery};
 
 /// Only 1.31 (apiserver-b) serves this GVR.
 const OLD_ONLY: &str = "/apis/resource.k8s.io/v1alpha3/namespaces/default/podschedulingcontexts";
+/// Only 1.34 (apiserver-a) serves this GVR.
+const NEW_ONLY: &str = "/apis/coordination.k8s.io/v1beta1/namespaces/default/leasecandidates";
 const V2: &str =
     "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json";
 const NOPEER: &str =
     "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList;profile=nopeer";
 
 /// The families of README.md's metric table.
-const CONTRACT_FAMILIES: [&str; 13] = [
+const CONTRACT_FAMILIES: [&str; 14] = [
     "mvproxy_rerouted_request_total",
     "mvproxy_peer_proxy_errors_total",
     "mvproxy_peer_discovery_sync_errors_total",
@@ -44,6 +46,7 @@ const CONTRACT_FAMILIES: [&str; 13] = [
     "mvproxy_peer_discovery_fetch_duration_seconds",
     "mvproxy_peer_up",
     "mvproxy_discovery_resources",
+    "mvproxy_skew_requests_total",
 ];
 
 fn repo() -> PathBuf {
@@ -1292,6 +1295,7 @@ async fn healthy_traffic(c: &Cluster) {
             StatusCode::OK,
         ),
         (OLD_ONLY, "application/json", StatusCode::OK),
+        (NEW_ONLY, "application/json", StatusCode::OK),
         ("/apis", V2, StatusCode::OK),
         ("/apis", NOPEER, StatusCode::OK),
         (
@@ -1487,6 +1491,7 @@ async fn dashboards_and_rules_match_a_live_scrape_and_real_prometheus_answers_th
             );
             // keep traffic flowing while Prometheus catches up
             let _ = get(&format!("{}{OLD_ONLY}", proxy_a.url()), &[]).await;
+            let _ = get(&format!("{}{NEW_ONLY}", proxy_a.url()), &[]).await;
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
     }
@@ -1524,4 +1529,64 @@ async fn dashboards_and_rules_match_a_live_scrape_and_real_prometheus_answers_th
     }
     drop(prom);
     proxy_a.terminate().await;
+}
+
+/// The image tag deploy/compose.yaml pins for `service`.
+fn compose_tag(service: &str) -> String {
+    let compose = yaml("deploy/compose.yaml");
+    let image = s(&compose["services"][service]["image"]).to_owned();
+    image
+        .rsplit_once(':')
+        .map(|(_, tag)| tag.to_owned())
+        .unwrap_or_else(|| panic!("{service}: image {image} has no tag"))
+}
+
+#[test]
+fn builder_manifest_lists_exactly_the_components_config_yaml_uses_at_the_compose_release() {
+    // A component's module ends in its type plus the kind (otlpreceiver, memorylimiterprocessor);
+    // the config names the type, with underscores (memory_limiter) and an optional /name.
+    let c = yaml("otel-collector/config.yaml");
+    let m = yaml("otel-collector/builder-config.yaml");
+    let release = compose_tag("otel-collector");
+    assert_eq!(s(&m["dist"]["version"]), release, "dist.version");
+    for (kind, suffix) in [
+        ("receivers", "receiver"),
+        ("processors", "processor"),
+        ("exporters", "exporter"),
+        ("connectors", "connector"),
+    ] {
+        let used: BTreeSet<String> = keys(&c[kind])
+            .iter()
+            .map(|k| k.split('/').next().unwrap_or_default().replace('_', ""))
+            .collect();
+        let mut listed = BTreeSet::new();
+        for entry in seq(&m[kind]) {
+            let gomod = s(&entry["gomod"]);
+            let (path, version) = gomod
+                .split_once(' ')
+                .unwrap_or_else(|| panic!("{kind}: {gomod:?} has no version"));
+            assert_eq!(
+                version,
+                format!("v{release}"),
+                "{path}: not the compose release"
+            );
+            let last = path.rsplit('/').next().unwrap_or_default();
+            let ty = last
+                .strip_suffix(suffix)
+                .unwrap_or_else(|| panic!("{path}: not a {suffix} module"));
+            listed.insert(ty.to_owned());
+        }
+        assert_eq!(listed, used, "{kind}: manifest vs config.yaml");
+    }
+    // The build script builds the versions compose.yaml runs.
+    let build = read("scripts/telemetry-backends/build.sh");
+    assert!(
+        build.contains(&format!("OTELCOL_VERSION={release}\n")),
+        "build.sh's OTELCOL_VERSION is not {release}"
+    );
+    let jaeger = compose_tag("jaeger");
+    assert!(
+        build.contains(&format!("JAEGER_VERSION={jaeger} ")),
+        "build.sh's JAEGER_VERSION is not {jaeger}"
+    );
 }

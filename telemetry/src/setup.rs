@@ -40,7 +40,12 @@ pub struct Export {
     /// The full traces URL (HTTP) or the collector address (gRPC).
     pub endpoint: String,
     pub grpc: bool,
+    /// The variable `endpoint` came from, named by an exporter error.
+    pub endpoint_var: &'static str,
 }
+
+const TRACES_ENDPOINT: &str = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT";
+const ENDPOINT: &str = "OTEL_EXPORTER_OTLP_ENDPOINT";
 
 /// Everything `init` needs, read from the environment.
 #[derive(Debug, Clone)]
@@ -76,23 +81,25 @@ impl Settings {
                 ));
             }
         };
-        let export = match (
-            get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"),
-            get("OTEL_EXPORTER_OTLP_ENDPOINT"),
-        ) {
-            (Some(traces), _) => Some(checked("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", traces)?),
+        let export = match (get(TRACES_ENDPOINT), get(ENDPOINT)) {
+            (Some(traces), _) => Some((checked(TRACES_ENDPOINT, traces)?, TRACES_ENDPOINT)),
             (None, Some(base)) => {
-                let base = checked("OTEL_EXPORTER_OTLP_ENDPOINT", base)?;
+                let base = checked(ENDPOINT, base)?;
                 // The generic endpoint is a base URL: HTTP appends the signal path.
-                Some(if grpc {
+                let endpoint = if grpc {
                     base
                 } else {
                     format!("{}/v1/traces", base.trim_end_matches('/'))
-                })
+                };
+                Some((endpoint, ENDPOINT))
             }
             (None, None) => None,
         }
-        .map(|endpoint| Export { endpoint, grpc });
+        .map(|(endpoint, endpoint_var)| Export {
+            endpoint,
+            grpc,
+            endpoint_var,
+        });
         let service_name = get("OTEL_SERVICE_NAME")
             .or_else(|| {
                 get("OTEL_RESOURCE_ATTRIBUTES").and_then(|attrs| {
@@ -209,7 +216,7 @@ pub fn init(settings: &Settings) -> Result<TelemetryGuard, TelemetryError> {
 }
 
 fn provider(export: &Export, settings: &Settings) -> Result<SdkTracerProvider, TelemetryError> {
-    let var = "OTEL_EXPORTER_OTLP_ENDPOINT";
+    let var = export.endpoint_var;
     let exporter = if export.grpc {
         SpanExporter::builder()
             .with_tonic()
@@ -263,7 +270,8 @@ mod tests {
             s.export,
             Some(Export {
                 endpoint: "http://127.0.0.1:4318/v1/traces".into(),
-                grpc: false
+                grpc: false,
+                endpoint_var: ENDPOINT,
             })
         );
         let s = settings(&[
@@ -280,9 +288,10 @@ mod tests {
             ),
         ])
         .unwrap();
+        let export = s.export.unwrap();
+        assert_eq!(export.endpoint_var, TRACES_ENDPOINT, "errors name it");
         assert_eq!(
-            s.export.unwrap().endpoint,
-            "http://traces:4318/custom",
+            export.endpoint, "http://traces:4318/custom",
             "the signal variable is used as is"
         );
     }

@@ -18,7 +18,7 @@ use hyper_util::rt::TokioExecutor;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
-pub use mvproxy::standin::{RecordedRequest, Running as StandInRunning, StandIn};
+pub use mvproxy_standin::{RecordedRequest, Running as StandInRunning, StandIn};
 
 pub mod conn;
 pub mod otlp;
@@ -55,6 +55,17 @@ pub fn apis_134() -> String {
 pub async fn standin(name: &str, apis: &str) -> StandInRunning {
     StandIn::new(name, apis)
         .expect("fixture parses")
+        .start("127.0.0.1:0".parse().expect("addr"))
+        .await
+        .expect("stand-in starts")
+}
+
+/// Starts a stand-in API server on a free loopback port whose `/version` reports
+/// `git_version` (the release mvproxy judges the skew's sides by).
+pub async fn standin_release(name: &str, apis: &str, git_version: &str) -> StandInRunning {
+    StandIn::new(name, apis)
+        .expect("fixture parses")
+        .git_version(git_version)
         .start("127.0.0.1:0".parse().expect("addr"))
         .await
         .expect("stand-in starts")

@@ -1,0 +1,54 @@
+//! Cost of building the peer-aggregated `/apis` document on a cache miss: the merge of real
+//! discovery documents (1.34-dev local, 1.31-dev and oauth-apiserver peers) and its encoding
+//! with the ETag.
+
+use std::hint::black_box;
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use mvproxy::discovery::merge::{Merged, encode_with_etag, merge};
+use mvproxy::discovery::types::{ApiGroupDiscovery, ApiGroupDiscoveryList};
+
+fn fixture(path: &str) -> Vec<ApiGroupDiscovery> {
+    let full = format!(
+        "{}/../../fixtures/discovery/{path}",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let text = std::fs::read_to_string(&full).unwrap_or_else(|e| panic!("read {full}: {e}"));
+    serde_json::from_str::<ApiGroupDiscoveryList>(&text)
+        .unwrap_or_else(|e| panic!("decode {full}: {e}"))
+        .items
+}
+
+fn bench(c: &mut Criterion) {
+    let local = fixture("kube-apiserver-1.34-dev/aggregated_v2.json");
+    let old = fixture("kube-apiserver-1.31-dev/aggregated_v2.json");
+    let oauth = fixture("openshift-oauth-apiserver-k8s-1.34.1/aggregated_v2.json");
+    let peers: [(&str, &[ApiGroupDiscovery]); 2] = [("apiserver-b", &old), ("apiserver-c", &oauth)];
+    let identical: [(&str, &[ApiGroupDiscovery]); 1] = [("apiserver-b", &local)];
+
+    c.bench_function("merge/three_servers", |b| {
+        b.iter(|| merge("apiserver-a", black_box(&local), black_box(&peers)))
+    });
+    c.bench_function("merge/identical_peer", |b| {
+        b.iter(|| merge("apiserver-a", black_box(&local), black_box(&identical)))
+    });
+
+    let merged = match merge("apiserver-a", &local, &peers) {
+        Merged::Changed(groups) => ApiGroupDiscoveryList::v2(groups),
+        Merged::Unchanged => panic!("the fixtures differ, so the merge must change"),
+    };
+    c.bench_function("encode_with_etag/three_servers", |b| {
+        b.iter(|| encode_with_etag(black_box(&merged)))
+    });
+    c.bench_function("merge_and_encode/three_servers", |b| {
+        b.iter(
+            || match merge("apiserver-a", black_box(&local), black_box(&peers)) {
+                Merged::Changed(groups) => encode_with_etag(&ApiGroupDiscoveryList::v2(groups)),
+                Merged::Unchanged => (Vec::new(), String::new()),
+            },
+        )
+    });
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

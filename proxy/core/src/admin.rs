@@ -1,0 +1,139 @@
+//! The admin listener: health, readiness, metrics, what mvproxy believes about its servers
+//! (`/debug/discovery`) and which clients use the GVRs of the skew (`/debug/clients`).
+//!
+//! Kept off the proxy listener so that an API path can never collide with an admin path and
+//! so that scraping works even when the proxy port is behind TLS and client auth.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use prometheus_client::registry::Registry;
+use serde_json::json;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::discovery::{Cache, ServerState};
+use crate::readiness::Readiness;
+
+/// What the admin endpoints read.
+#[derive(Clone)]
+pub struct Admin {
+    pub cache: Arc<Cache>,
+    pub registry: Arc<Registry>,
+    pub readiness: Arc<Readiness>,
+}
+
+/// The admin router.
+pub fn router(admin: Admin) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/livez", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .route("/debug/discovery", get(debug_discovery))
+        .route("/debug/clients", get(debug_clients))
+        .with_state(admin)
+}
+
+/// Serves the admin router until `shutdown` is cancelled.
+pub async fn serve(listener: TcpListener, admin: Admin, shutdown: CancellationToken) {
+    let result = axum::serve(listener, router(admin))
+        .with_graceful_shutdown(async move { shutdown.cancelled().await })
+        .await;
+    if let Err(e) = result {
+        tracing::error!(error = %e, "admin listener failed");
+    }
+}
+
+/// 200 once every configured server has been fetched once or marked down.
+async fn readyz(State(admin): State<Admin>) -> Response {
+    let snap = admin.cache.load();
+    if snap.ready() {
+        (StatusCode::OK, "ok").into_response()
+    } else {
+        let pending: Vec<&str> = snap
+            .servers
+            .iter()
+            .filter(|s| !s.attempted)
+            .map(|s| s.name.as_str())
+            .collect();
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("discovery not fetched yet from: {}", pending.join(", ")),
+        )
+            .into_response()
+    }
+}
+
+/// Classic Prometheus text, or OpenMetrics (with exemplars) when the scraper asks for it.
+async fn metrics(State(admin): State<Admin>, headers: HeaderMap) -> Response {
+    let openmetrics = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.contains("application/openmetrics-text"));
+    match mvproxy_telemetry::metrics::encode(&admin.registry, openmetrics) {
+        Ok((body, content_type)) => ([(header::CONTENT_TYPE, content_type)], body).into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+    }
+}
+
+/// Each server's state and the skew: GVRs not served by every server that has been seen.
+async fn debug_discovery(State(admin): State<Admin>) -> Response {
+    let servers = admin.cache.servers();
+    let skew = skew(&servers);
+    let body = json!({
+        "servers": servers.iter().map(server_json).collect::<Vec<_>>(),
+        "skew": skew,
+        "excluded": admin.cache.load().excluded().iter().map(|(g, v)| format!("{g}/{v}")).collect::<Vec<_>>(),
+    });
+    axum::Json(body).into_response()
+}
+
+/// Per client, the GVRs of the skew it used: those that break after the upgrade, those that
+/// break on a rollback (see `crate::readiness`).
+async fn debug_clients(State(admin): State<Admin>) -> Response {
+    axum::Json(admin.readiness.report(&admin.cache.load())).into_response()
+}
+
+fn server_json(s: &ServerState) -> serde_json::Value {
+    json!({
+        "id": s.name.as_str(),
+        "url": s.url,
+        "local": s.local,
+        "up": s.up,
+        "error": s.error,
+        "last_fetch": s.last_fetch.and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok()).map(|d| d.as_secs_f64()),
+        "gvrs": s.view.as_ref().map_or(0, |v| v.gvr_count()),
+        "git_version": s.view.as_ref().and_then(|v| v.version.as_ref()).map(|v| v.git_version.as_str()),
+    })
+}
+
+/// GVRs that some seen servers serve and others do not, with the servers that serve each.
+fn skew(servers: &[ServerState]) -> Vec<serde_json::Value> {
+    use std::collections::BTreeMap;
+    let seen: Vec<_> = servers
+        .iter()
+        .filter_map(|s| s.view.as_ref().map(|v| (s, v)))
+        .collect();
+    let mut by_gvr: BTreeMap<String, Vec<&str>> = BTreeMap::new();
+    for (s, v) in &seen {
+        for gvr in v.gvrs() {
+            by_gvr
+                .entry(gvr.to_string())
+                .or_default()
+                .push(s.name.as_str());
+        }
+    }
+    by_gvr
+        .into_iter()
+        .filter(|(_, by)| by.len() < seen.len())
+        .map(|(gvr, mut by)| {
+            by.sort_unstable();
+            json!({"gvr": gvr, "servers": by})
+        })
+        .collect()
+}

@@ -1,0 +1,667 @@
+//! Keeping every server's view fresh, and publishing the routing snapshot.
+//!
+//! One task per server fetches its discovery: on an interval, right after a lookup misses, when
+//! the peer set changes, and with exponential backoff while it fails. A single task per server means at most one fetch
+//! in flight per server whatever the load; wake-ups that arrive during a fetch coalesce into
+//! one more. A failed fetch marks the server down but keeps its last-known view (a request
+//! that only it served gets a 503, not a false 404); its GVRs are forgotten only when it leaves
+//! the peer set, which a peer source ([`crate::peers`]) reports through [`Cache::set_peers`].
+//!
+//! Writers serialise on a mutex that the request path never takes; readers load the current
+//! [`Snapshot`] from an `ArcSwap`. A new snapshot is published only when something routing
+//! depends on changed, so the merged `/apis` built lazily in a snapshot stays cached until then.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime};
+
+use arc_swap::ArcSwap;
+use http::Uri;
+use mvproxy_telemetry::metrics::{Metrics, PeerLabels, RerouteLabels, ServerLabels, TypeLabels};
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use super::ServerName;
+use super::fetch::fetch;
+use super::snapshot::{GroupVersion, ServerState, ServerView, Snapshot};
+use crate::forward::{Upstream, UpstreamError};
+
+/// How long a group-version that stopped being local-only stays excluded (upstream's default).
+pub const EXCLUSION_GRACE: Duration = Duration::from_secs(5 * 60);
+/// First retry delay after a failed fetch; doubles up to the refresh interval.
+const BACKOFF_START: Duration = Duration::from_millis(500);
+/// Least time between two miss-triggered fetches of one server.
+const MISS_REFRESH_GAP: Duration = Duration::from_secs(1);
+
+/// Timing of the refresher.
+#[derive(Debug, Clone, Copy)]
+pub struct RefreshSettings {
+    pub interval: Duration,
+    /// Largest discovery document read (`--max-discovery-document-bytes`).
+    pub max_document_bytes: usize,
+}
+
+/// A peer as a peer source reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerSpec {
+    pub name: ServerName,
+    pub url: Uri,
+    /// Changes when the peer restarts (a lease's holder identity); a change triggers a refetch.
+    pub generation: String,
+}
+
+/// Builds the client for a peer.
+pub type UpstreamFactory =
+    Box<dyn Fn(&ServerName, &Uri) -> Result<Upstream, UpstreamError> + Send + Sync>;
+
+/// A server being refreshed: how to reach it, how to wake its task, how to stop it.
+struct Member {
+    upstream: Upstream,
+    local: bool,
+    generation: String,
+    wake: Arc<Notify>,
+    stop: CancellationToken,
+}
+
+struct State {
+    /// Local first, then peers in name order.
+    servers: Vec<ServerState>,
+    members: BTreeMap<ServerName, Member>,
+    /// The local server's extension group-versions, and those that recently left the set.
+    exclusions: Exclusions,
+    /// The peer source has reported its set at least once.
+    peers_synced: bool,
+    /// Set once [`Cache::run`] started: members added later get their task at once.
+    shutdown: Option<CancellationToken>,
+}
+
+/// The discovery cache: the published snapshot and the tasks that keep it fresh.
+pub struct Cache {
+    snapshot: ArcSwap<Snapshot>,
+    state: Mutex<State>,
+    /// Every member's wake-up, readable without the state lock (a miss is on the request path).
+    wakes: ArcSwap<Vec<Arc<Notify>>>,
+    new_upstream: UpstreamFactory,
+    metrics: Arc<Metrics>,
+    settings: RefreshSettings,
+    clock: Clock,
+}
+
+/// Where the refresher reads the time: [`Instant::now`] in production, a hand-moved clock in
+/// tests of the exclusion grace.
+pub type Clock = Arc<dyn Fn() -> Instant + Send + Sync>;
+
+impl Cache {
+    /// A cache for the local server; peers come from [`Cache::set_peers`]. Nothing is fetched
+    /// until [`Cache::run`].
+    pub fn new(
+        local: Upstream,
+        new_upstream: UpstreamFactory,
+        settings: RefreshSettings,
+        metrics: Arc<Metrics>,
+    ) -> Arc<Self> {
+        Self::with_clock(
+            local,
+            new_upstream,
+            settings,
+            metrics,
+            Arc::new(Instant::now),
+        )
+    }
+
+    /// [`Cache::new`] reading the time from `clock`.
+    pub fn with_clock(
+        local: Upstream,
+        new_upstream: UpstreamFactory,
+        settings: RefreshSettings,
+        metrics: Arc<Metrics>,
+        clock: Clock,
+    ) -> Arc<Self> {
+        let servers = vec![ServerState::new(
+            local.name.clone(),
+            local.base.to_string(),
+            true,
+        )];
+        let mut members = BTreeMap::new();
+        members.insert(
+            local.name.clone(),
+            Member {
+                upstream: local,
+                local: true,
+                generation: String::new(),
+                wake: Arc::new(Notify::new()),
+                stop: CancellationToken::new(),
+            },
+        );
+        let state = State {
+            servers,
+            members,
+            exclusions: Exclusions::default(),
+            peers_synced: false,
+            shutdown: None,
+        };
+        let snapshot = build(&state);
+        let wakes = wakes(&state);
+        Arc::new(Self {
+            snapshot: ArcSwap::from_pointee(snapshot),
+            state: Mutex::new(state),
+            wakes: ArcSwap::from_pointee(wakes),
+            new_upstream,
+            metrics,
+            settings,
+            clock,
+        })
+    }
+
+    /// The current snapshot (a lock-free load).
+    pub fn load(&self) -> Arc<Snapshot> {
+        self.snapshot.load_full()
+    }
+
+    /// Every server's state, for `/debug/discovery`.
+    pub fn servers(&self) -> Vec<ServerState> {
+        self.lock().servers.clone()
+    }
+
+    /// A lookup found no server for a GVR: refetch everyone soon (coalesced per server).
+    pub fn on_miss(&self) {
+        for wake in self.wakes.load().iter() {
+            wake.notify_one();
+        }
+    }
+
+    /// Replaces the peer set. A peer that left is forgotten with its GVRs; one that joined,
+    /// moved or restarted is fetched at once. The first call marks the peer source synced.
+    pub fn set_peers(self: &Arc<Self>, peers: Vec<PeerSpec>) {
+        let mut state = self.lock();
+        let wanted: BTreeMap<ServerName, PeerSpec> =
+            peers.into_iter().map(|p| (p.name.clone(), p)).collect();
+        let mut changed = !state.peers_synced;
+        state.peers_synced = true;
+
+        let gone: Vec<ServerName> = state
+            .members
+            .iter()
+            .filter(|(name, m)| {
+                !m.local && wanted.get(*name).is_none_or(|p| p.url != m.upstream.base)
+            })
+            .map(|(name, _)| name.clone())
+            .collect();
+        for name in gone {
+            if let Some(m) = state.members.remove(&name) {
+                m.stop.cancel();
+            }
+            state.servers.retain(|s| s.name != name);
+            self.forget_series(&name);
+            tracing::info!(peer = %name, "peer left");
+            changed = true;
+        }
+        for (name, spec) in wanted {
+            if let Some(m) = state.members.get_mut(&name) {
+                if m.generation != spec.generation {
+                    m.generation = spec.generation;
+                    m.wake.notify_one();
+                }
+                continue;
+            }
+            let upstream = match (self.new_upstream)(&name, &spec.url) {
+                Ok(u) => u,
+                Err(why) => {
+                    tracing::warn!(peer = %name, url = %spec.url, %why, "peer ignored");
+                    continue;
+                }
+            };
+            tracing::info!(peer = %name, url = %spec.url, "peer joined");
+            state
+                .servers
+                .push(ServerState::new(name.clone(), spec.url.to_string(), false));
+            state.servers[1..].sort_by(|a, b| a.name.cmp(&b.name));
+            let member = Member {
+                upstream,
+                local: false,
+                generation: spec.generation,
+                wake: Arc::new(Notify::new()),
+                stop: CancellationToken::new(),
+            };
+            if let Some(shutdown) = state.shutdown.clone() {
+                self.spawn(&member, shutdown);
+            }
+            state.members.insert(name, member);
+            changed = true;
+        }
+        if changed {
+            self.publish(&state);
+        }
+    }
+
+    /// Runs one refresher per server until `shutdown` is cancelled.
+    pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
+        {
+            let mut state = self.lock();
+            state.shutdown = Some(shutdown.clone());
+            for m in state.members.values() {
+                self.spawn(m, shutdown.clone());
+            }
+        }
+        shutdown.cancelled().await;
+    }
+
+    fn spawn(self: &Arc<Self>, member: &Member, shutdown: CancellationToken) {
+        let cache = self.clone();
+        let upstream = member.upstream.clone();
+        let wake = member.wake.clone();
+        let stop = member.stop.clone();
+        let local = member.local;
+        tokio::spawn(async move {
+            tokio::select! {
+                () = cache.refresh_loop(upstream, local, wake) => {}
+                () = stop.cancelled() => {}
+                () = shutdown.cancelled() => {}
+            }
+        });
+    }
+
+    async fn refresh_loop(&self, upstream: Upstream, local: bool, wake: Arc<Notify>) {
+        let name = upstream.name.clone();
+        let mut failures: u32 = 0;
+        loop {
+            let started = Instant::now();
+            let result = fetch(&upstream, self.settings.max_document_bytes, &|status| {
+                self.observe_fetch(local, status)
+            })
+            .await;
+            let took = started.elapsed();
+            let delay = match &result {
+                Ok(_) => {
+                    failures = 0;
+                    self.settings.interval
+                }
+                Err(e) => {
+                    tracing::warn!(server = %name, url = %upstream.base, cause = %e, "discovery fetch failed");
+                    self.metrics
+                        .peer_discovery_sync_errors
+                        .get_or_create(&TypeLabels { r#type: e.kind() })
+                        .inc();
+                    failures = failures.saturating_add(1);
+                    backoff(failures, self.settings.interval)
+                }
+            };
+            self.record(&name, took, result.map_err(|e| e.to_string()));
+            tokio::select! {
+                () = tokio::time::sleep(delay) => {}
+                () = wake.notified() => {
+                    tokio::time::sleep(MISS_REFRESH_GAP.saturating_sub(started.elapsed())).await;
+                }
+            }
+        }
+    }
+
+    /// Upstream counts each discovery request to a peer in the rerouted-requests family, with
+    /// empty group, version and resource (mvp-spec §1.7); the local server's are not.
+    fn observe_fetch(&self, local: bool, status: http::StatusCode) {
+        if local {
+            return;
+        }
+        self.metrics
+            .rerouted_requests
+            .get_or_create(&RerouteLabels {
+                code: status.as_u16(),
+                group: String::new(),
+                version: String::new(),
+                resource: String::new(),
+            })
+            .inc();
+    }
+
+    /// Every per-peer series goes with the peer (under the state lock, which `record` also
+    /// holds, so a fetch that ends meanwhile cannot bring one back).
+    fn forget_series(&self, name: &ServerName) {
+        self.metrics.forget_peer(&name.to_string());
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock cannot leave State half-updated in a way that matters
+        // more than stopping discovery altogether would.
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Records a fetch result and publishes a new snapshot if routing changed. A result for
+    /// a peer that has left meanwhile is dropped.
+    fn record(&self, name: &ServerName, took: Duration, result: Result<ServerView, String>) {
+        let mut state = self.lock();
+        let Some(s) = state.servers.iter_mut().find(|s| &s.name == name) else {
+            return;
+        };
+        self.metrics
+            .peer_fetch_duration
+            .get_or_create(&PeerLabels {
+                peer: name.to_string(),
+            })
+            .observe(took.as_secs_f64());
+        let was = (s.up, s.attempted, s.error.clone());
+        s.attempted = true;
+        s.last_fetch = Some(SystemTime::now());
+        let mut changed = false;
+        match result {
+            Ok(view) => {
+                s.up = true;
+                s.error = None;
+                let same = s.view.as_ref().is_some_and(|old| {
+                    old.core == view.core
+                        && old.apis == view.apis
+                        && old.apis_raw == view.apis_raw
+                        && old.version == view.version
+                });
+                if !same {
+                    s.view = Some(Arc::new(view));
+                    changed = true;
+                }
+            }
+            Err(cause) => {
+                s.up = false;
+                s.error = Some(cause);
+            }
+        }
+        changed |= was != (s.up, s.attempted, s.error.clone());
+        let (up, is_local) = (s.up, s.local);
+        let count = s.view.as_ref().map_or(0, |v| v.gvr_count());
+        self.metrics
+            .discovery_resources
+            .get_or_create(&ServerLabels {
+                server: name.to_string(),
+            })
+            .set(count as i64);
+        if is_local {
+            let current = local_extension_gvs(&state);
+            changed |= state.exclusions.update(current, (self.clock)());
+        } else {
+            self.metrics
+                .peer_up
+                .get_or_create(&PeerLabels {
+                    peer: name.to_string(),
+                })
+                .set(i64::from(up));
+        }
+        if changed {
+            self.publish(&state);
+        }
+    }
+
+    fn publish(&self, state: &State) {
+        self.wakes.store(Arc::new(wakes(state)));
+        self.snapshot.store(Arc::new(build(state)));
+    }
+}
+
+fn wakes(state: &State) -> Vec<Arc<Notify>> {
+    state.members.values().map(|m| m.wake.clone()).collect()
+}
+
+fn build(state: &State) -> Snapshot {
+    let recent: BTreeSet<GroupVersion> = state.exclusions.left.keys().cloned().collect();
+    let upstreams = state
+        .members
+        .iter()
+        .filter(|(_, m)| !m.local)
+        .map(|(n, m)| (n.clone(), m.upstream.clone()))
+        .collect();
+    Snapshot::build(
+        state.servers.clone(),
+        &recent,
+        upstreams,
+        state.peers_synced,
+    )
+}
+
+/// The local server's extension group-versions (CRDs, APIServices) as last fetched.
+fn local_extension_gvs(state: &State) -> BTreeSet<GroupVersion> {
+    state
+        .servers
+        .iter()
+        .find(|s| s.local)
+        .and_then(|s| s.view.as_ref())
+        .map(|v| v.extension_gvs().collect())
+        .unwrap_or_default()
+}
+
+/// The exclusion grace: a group-version that stops being a local extension keeps peers from
+/// serving it for [`EXCLUSION_GRACE`], so a CRD being deleted and recreated is not routed to a
+/// peer's copy meanwhile.
+#[derive(Debug, Default)]
+struct Exclusions {
+    /// The local extension group-versions at the last update.
+    local: BTreeSet<GroupVersion>,
+    /// Group-versions that left `local`, and when.
+    left: BTreeMap<GroupVersion, Instant>,
+}
+
+impl Exclusions {
+    /// Takes the local server's `current` extensions at `now`; returns whether the extension
+    /// set or the recently-left set changed.
+    fn update(&mut self, current: BTreeSet<GroupVersion>, now: Instant) -> bool {
+        let before = self.left.len();
+        for gv in self.local.difference(&current) {
+            self.left.insert(gv.clone(), now);
+        }
+        self.left.retain(|gv, since| {
+            !current.contains(gv) && now.duration_since(*since) < EXCLUSION_GRACE
+        });
+        let changed = before != self.left.len() || self.local != current;
+        self.local = current;
+        changed
+    }
+}
+
+fn backoff(failures: u32, cap: Duration) -> Duration {
+    let exp = BACKOFF_START.saturating_mul(1u32 << failures.saturating_sub(1).min(16));
+    exp.min(cap.max(BACKOFF_START))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gvs(list: &[&str]) -> BTreeSet<GroupVersion> {
+        list.iter()
+            .map(|gv| {
+                let (g, v) = gv.split_once('/').unwrap_or(("", gv));
+                (g.to_owned(), v.to_owned())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn exclusion_grace_transitions() {
+        let start = Instant::now();
+        let secs = |s: u64| start + Duration::from_secs(s);
+        let grace = EXCLUSION_GRACE.as_secs();
+        // (at, the local extensions then, changed?, recently left after)
+        let steps: &[(u64, &[&str], bool, &[&str])] = &[
+            (0, &["crd.example/v1"], true, &[]),
+            (1, &["crd.example/v1"], false, &[]),
+            // the CRD is deleted: its group-version stays excluded from peers
+            (10, &[], true, &["crd.example/v1"]),
+            (10 + grace - 1, &[], false, &["crd.example/v1"]),
+            // five minutes after it left, the grace is over
+            (10 + grace, &[], true, &[]),
+            (10 + grace + 1, &[], false, &[]),
+            // it comes back, leaves again, and comes back within the grace: no longer "left"
+            (1000, &["crd.example/v1"], true, &[]),
+            (1001, &[], true, &["crd.example/v1"]),
+            (1002, &["crd.example/v1"], true, &[]),
+            // three leave at different times; each has its own five minutes
+            (
+                2000,
+                &["a.example/v1", "b.example/v1"],
+                true,
+                &["crd.example/v1"],
+            ),
+            (
+                2001,
+                &["b.example/v1"],
+                true,
+                &["a.example/v1", "crd.example/v1"],
+            ),
+            (
+                2100,
+                &[],
+                true,
+                &["a.example/v1", "b.example/v1", "crd.example/v1"],
+            ),
+            (2000 + grace, &[], true, &["a.example/v1", "b.example/v1"]),
+            (2001 + grace, &[], true, &["b.example/v1"]),
+            (2100 + grace, &[], true, &[]),
+        ];
+        let mut e = Exclusions::default();
+        for &(at, current, changed, left) in steps {
+            assert_eq!(
+                e.update(gvs(current), secs(at)),
+                changed,
+                "at {at}s: changed"
+            );
+            let got: BTreeSet<GroupVersion> = e.left.keys().cloned().collect();
+            assert_eq!(got, gvs(left), "at {at}s: recently left");
+        }
+    }
+
+    fn upstream(name: &str, url: &str) -> Result<Upstream, UpstreamError> {
+        let settings = crate::forward::ClientSettings {
+            tls: None,
+            server_name: None,
+            connect_timeout: Duration::from_secs(1),
+            insecure_skip_verify: false,
+        };
+        Upstream::new(
+            name.into(),
+            url.parse().unwrap(),
+            &settings,
+            Duration::from_secs(1),
+        )
+    }
+
+    fn peer(name: &str, url: &str, generation: &str) -> PeerSpec {
+        PeerSpec {
+            name: name.into(),
+            url: url.parse().unwrap(),
+            generation: generation.to_owned(),
+        }
+    }
+
+    /// The peer set as the cache publishes it: name and URL after the local server.
+    fn published(cache: &Cache) -> Vec<(String, String)> {
+        cache
+            .load()
+            .servers
+            .iter()
+            .filter(|s| !s.local)
+            .map(|s| (s.name.to_string(), s.url.clone()))
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn peer_set_transitions() {
+        let factory: UpstreamFactory = Box::new(|name, url| {
+            // a peer whose TLS name cannot be used is ignored, as a bad --peer-server-name is
+            if name.as_str() == "broken" {
+                return Err(UpstreamError::ServerName {
+                    name: "not a name!".to_owned(),
+                    source: rustls::pki_types::ServerName::try_from("not a name!").unwrap_err(),
+                });
+            }
+            upstream(name.as_str(), &url.to_string())
+        });
+        let cache = Cache::new(
+            upstream("local", "http://127.0.0.1:1").unwrap(),
+            factory,
+            RefreshSettings {
+                interval: Duration::from_secs(30),
+                max_document_bytes: 1 << 20,
+            },
+            Arc::new(Metrics::register(&mut Default::default())),
+        );
+        let b = "http://127.0.0.2:6443";
+        let woken = |cache: &Cache, name: &str| {
+            let wake = cache.lock().members[&ServerName::from(name)].wake.clone();
+            // notify_one stores a permit, so a wake-up already sent completes at once
+            async move {
+                tokio::time::timeout(Duration::ZERO, wake.notified())
+                    .await
+                    .is_ok()
+            }
+        };
+        assert!(
+            !cache.lock().peers_synced,
+            "not synced before the first report"
+        );
+
+        /// (step, peers reported, published peers after, the snapshot changed?)
+        type Step<'a> = (&'a str, Vec<PeerSpec>, Vec<(&'a str, &'a str)>, bool);
+        let steps: Vec<Step<'_>> = vec![
+            ("first report, empty", vec![], vec![], true),
+            (
+                "b joins",
+                vec![peer("b", b, "1")],
+                vec![("b", "http://127.0.0.2:6443/")],
+                true,
+            ),
+            (
+                "same set",
+                vec![peer("b", b, "1")],
+                vec![("b", "http://127.0.0.2:6443/")],
+                false,
+            ),
+            (
+                "b restarts",
+                vec![peer("b", b, "2")],
+                vec![("b", "http://127.0.0.2:6443/")],
+                false,
+            ),
+            (
+                "b moves",
+                vec![peer("b", "http://127.0.0.3:6443", "2")],
+                vec![("b", "http://127.0.0.3:6443/")],
+                true,
+            ),
+            (
+                "a bad peer is ignored",
+                vec![
+                    peer("b", "http://127.0.0.3:6443", "2"),
+                    peer("broken", b, "1"),
+                ],
+                vec![("b", "http://127.0.0.3:6443/")],
+                false,
+            ),
+            ("b leaves", vec![], vec![], true),
+        ];
+        for (step, peers, want, changed) in steps {
+            let before = cache.load();
+            cache.set_peers(peers);
+            let after = cache.load();
+            assert!(cache.lock().peers_synced, "{step}: synced");
+            let want: Vec<(String, String)> = want
+                .iter()
+                .map(|(n, u)| ((*n).to_owned(), (*u).to_owned()))
+                .collect();
+            assert_eq!(published(&cache), want, "{step}");
+            assert_eq!(!Arc::ptr_eq(&before, &after), changed, "{step}: published");
+            match step {
+                "b joins" => assert!(
+                    !woken(&cache, "b").await,
+                    "a new peer's task fetches at start"
+                ),
+                "b restarts" => assert!(woken(&cache, "b").await, "{step}: refetch"),
+                _ => {}
+            }
+        }
+    }
+
+    #[test]
+    fn backoff_doubles_up_to_the_interval() {
+        let cap = Duration::from_secs(30);
+        let got: Vec<_> = (1..=8).map(|n| backoff(n, cap).as_millis()).collect();
+        assert_eq!(got, [500, 1000, 2000, 4000, 8000, 16000, 30000, 30000]);
+        assert_eq!(backoff(1000, cap), cap);
+    }
+}

@@ -1,0 +1,416 @@
+//! The routing snapshot: what every server serves, as one immutable value.
+//!
+//! Requests read it without locks (an `Arc` load) while refreshes build a new one and swap it
+//! in whole, so a lookup never waits on a fetch. Everything a routing decision or a discovery
+//! response needs is precomputed here: the local GVR set, a `Gvr → peers` index, which peers
+//! are up or have never been seen, and (lazily, once per snapshot) the merged `/apis`.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::{Arc, OnceLock};
+use std::time::{Instant, SystemTime};
+
+use bytes::Bytes;
+
+use super::ServerName;
+use super::legacy;
+use super::merge::{self, Merged};
+use super::types::{ApiGroupDiscovery, ApiGroupDiscoveryList};
+use crate::classify::Gvr;
+use crate::forward::Upstream;
+use crate::readiness::side::{self, ServerVersion, Side, Surface};
+
+/// Groups compiled into kube-apiserver. A group-version that the local server serves outside
+/// this set comes from a CRD or an APIService: upstream (1.36 `gv_exclusion_manager.go`)
+/// keeps such group-versions local-only, neither routed to peers nor merged from them.
+/// Discovery documents do not say where a group-version comes from, so this list stands in
+/// for upstream's CRD and APIService informers.
+const BUILTIN_GROUPS: &[&str] = &[
+    "",
+    "admissionregistration.k8s.io",
+    "apiextensions.k8s.io",
+    "apiregistration.k8s.io",
+    "apps",
+    "authentication.k8s.io",
+    "authorization.k8s.io",
+    "autoscaling",
+    "batch",
+    "certificates.k8s.io",
+    "coordination.k8s.io",
+    "discovery.k8s.io",
+    "events.k8s.io",
+    "extensions",
+    "flowcontrol.apiserver.k8s.io",
+    "internal.apiserver.k8s.io",
+    "networking.k8s.io",
+    "node.k8s.io",
+    "policy",
+    "rbac.authorization.k8s.io",
+    "resource.k8s.io",
+    "scheduling.k8s.io",
+    "storage.k8s.io",
+    "storagemigration.k8s.io",
+];
+
+/// A group-version, `("", "v1")` for core.
+pub type GroupVersion = (String, String);
+
+/// What one server serves, as last fetched.
+#[derive(Debug, Default)]
+pub struct ServerView {
+    /// The core group from `/api` (used for routing, never merged).
+    pub core: Vec<ApiGroupDiscovery>,
+    /// The groups from `/apis`, in the server's priority order.
+    pub apis: Vec<ApiGroupDiscovery>,
+    /// `/apis` exactly as the server sent it, when it spoke aggregated v2.
+    pub apis_raw: Option<Bytes>,
+    /// What the server's `/version` said, if it could be read (the skew's sides need it).
+    pub version: Option<ServerVersion>,
+    gvrs: HashSet<Gvr>,
+}
+
+impl ServerView {
+    /// Indexes the resources of `core` and `apis`.
+    pub fn new(
+        core: Vec<ApiGroupDiscovery>,
+        apis: Vec<ApiGroupDiscovery>,
+        apis_raw: Option<Bytes>,
+    ) -> Self {
+        let mut gvrs = HashSet::new();
+        for g in core.iter().chain(&apis) {
+            for v in &g.versions {
+                for r in &v.resources {
+                    gvrs.insert(Gvr::new(g.name(), &v.version, &r.resource));
+                }
+            }
+        }
+        Self {
+            core,
+            apis,
+            apis_raw,
+            version: None,
+            gvrs,
+        }
+    }
+
+    /// The view with the server's `/version`.
+    pub fn with_version(mut self, version: Option<ServerVersion>) -> Self {
+        self.version = version;
+        self
+    }
+
+    /// Whether the server lists the resource.
+    pub fn serves(&self, gvr: &Gvr) -> bool {
+        self.gvrs.contains(gvr)
+    }
+
+    /// Number of GVRs served.
+    pub fn gvr_count(&self) -> usize {
+        self.gvrs.len()
+    }
+
+    /// Every GVR served.
+    pub fn gvrs(&self) -> impl Iterator<Item = &Gvr> {
+        self.gvrs.iter()
+    }
+
+    /// Whether the server serves the group at all (any version).
+    pub fn serves_group(&self, group: &str) -> bool {
+        self.apis.iter().any(|g| g.name() == group)
+    }
+
+    /// Whether the server serves the group-version.
+    pub fn serves_gv(&self, group: &str, version: &str) -> bool {
+        self.groups()
+            .any(|g| g.name() == group && g.versions.iter().any(|v| v.version == version))
+    }
+
+    fn groups(&self) -> impl Iterator<Item = &ApiGroupDiscovery> {
+        self.core.iter().chain(&self.apis)
+    }
+
+    /// Group-versions served from CRDs or APIServices (outside the built-in groups).
+    pub(crate) fn extension_gvs(&self) -> impl Iterator<Item = GroupVersion> + '_ {
+        self.apis
+            .iter()
+            .filter(|g| !BUILTIN_GROUPS.contains(&g.name()))
+            .flat_map(|g| {
+                g.versions
+                    .iter()
+                    .map(|v| (g.name().to_owned(), v.version.clone()))
+            })
+    }
+
+    /// The view with every excluded group-version removed (and groups left empty dropped).
+    fn without(&self, excluded: &BTreeSet<GroupVersion>) -> ServerView {
+        let filter = |groups: &[ApiGroupDiscovery]| -> Vec<ApiGroupDiscovery> {
+            groups
+                .iter()
+                .filter_map(|g| {
+                    let versions: Vec<_> = g
+                        .versions
+                        .iter()
+                        .filter(|v| !excluded.contains(&(g.name().to_owned(), v.version.clone())))
+                        .cloned()
+                        .collect();
+                    (!versions.is_empty()).then(|| ApiGroupDiscovery {
+                        metadata: g.metadata.clone(),
+                        versions,
+                    })
+                })
+                .collect()
+        };
+        ServerView::new(filter(&self.core), filter(&self.apis), None)
+            .with_version(self.version.clone())
+    }
+}
+
+/// One server's state as the refresher knows it.
+#[derive(Debug, Clone)]
+pub struct ServerState {
+    pub name: ServerName,
+    pub url: String,
+    pub local: bool,
+    /// The last fetch succeeded.
+    pub up: bool,
+    /// The last fetch error, in words.
+    pub error: Option<String>,
+    pub last_fetch: Option<SystemTime>,
+    /// The last good view; `None` until a fetch has succeeded once. A server that goes down
+    /// keeps it, so that what only it served gets a 503 and not a false 404.
+    pub view: Option<Arc<ServerView>>,
+    /// At least one fetch has completed, successfully or not.
+    pub attempted: bool,
+}
+
+impl ServerState {
+    /// A server not fetched yet.
+    pub fn new(name: ServerName, url: String, local: bool) -> Self {
+        Self {
+            name,
+            url,
+            local,
+            up: false,
+            error: None,
+            last_fetch: None,
+            view: None,
+            attempted: false,
+        }
+    }
+}
+
+/// A peer as the request path sees it.
+#[derive(Debug)]
+pub struct PeerEntry {
+    pub up: bool,
+    pub error: Option<String>,
+    /// The view after group-version exclusion; `None` if never fetched.
+    pub view: Option<ServerView>,
+}
+
+/// The merged `/apis` documents, built once per snapshot on first use.
+#[derive(Debug)]
+pub struct MergedApis {
+    /// Aggregated v2 body and its quoted ETag.
+    pub aggregated: Bytes,
+    pub etag: String,
+    /// Legacy `APIGroupList` body, or `None` when the merge changed nothing (serve local's own).
+    pub legacy: Option<Bytes>,
+    /// Build time, for the merge latency histogram.
+    pub took: std::time::Duration,
+}
+
+/// Everything a request needs to be routed, immutable.
+#[derive(Debug, Default)]
+pub struct Snapshot {
+    /// Every server, local first, as fetched (for `/debug/discovery` and `/readyz`).
+    pub servers: Vec<ServerState>,
+    local: Option<Arc<ServerView>>,
+    peers: BTreeMap<ServerName, PeerEntry>,
+    index: HashMap<Gvr, Vec<ServerName>>,
+    excluded: BTreeSet<GroupVersion>,
+    local_name: ServerName,
+    upstreams: BTreeMap<ServerName, Upstream>,
+    peers_synced: bool,
+    merged: OnceLock<Arc<MergedApis>>,
+    /// The side of every GVR not served by every server seen (`crate::readiness`).
+    skew: HashMap<Gvr, Side>,
+}
+
+impl Snapshot {
+    /// Builds the snapshot from the servers' states. `recently_excluded` holds
+    /// group-versions that left the local extension set less than the grace period ago.
+    /// `upstreams` reaches each peer; `peers_synced` says the peer source has reported once.
+    pub fn build(
+        servers: Vec<ServerState>,
+        recently_excluded: &BTreeSet<GroupVersion>,
+        upstreams: BTreeMap<ServerName, Upstream>,
+        peers_synced: bool,
+    ) -> Self {
+        let local_state = servers.iter().find(|s| s.local);
+        let local = local_state.and_then(|s| s.view.clone());
+        let local_name = local_state.map(|s| s.name.clone()).unwrap_or_default();
+        let mut excluded: BTreeSet<GroupVersion> = recently_excluded.clone();
+        if let Some(l) = &local {
+            excluded.extend(l.extension_gvs());
+        }
+        let mut peers = BTreeMap::new();
+        let mut index: HashMap<Gvr, Vec<ServerName>> = HashMap::new();
+        for s in servers.iter().filter(|s| !s.local) {
+            let view = s.view.as_ref().map(|v| v.without(&excluded));
+            if let Some(v) = &view {
+                for gvr in v.gvrs() {
+                    index.entry(gvr.clone()).or_default().push(s.name.clone());
+                }
+            }
+            peers.insert(
+                s.name.clone(),
+                PeerEntry {
+                    up: s.up,
+                    error: s.error.clone(),
+                    view,
+                },
+            );
+        }
+        let surfaces: Vec<Surface<'_>> = servers
+            .iter()
+            .filter_map(|s| s.view.as_ref())
+            .map(|v| Surface {
+                release: v.version.as_ref().and_then(|v| v.release),
+                gvrs: &v.gvrs,
+            })
+            .collect();
+        let skew = side::sides(&surfaces);
+        Self {
+            servers,
+            local,
+            peers,
+            index,
+            excluded,
+            local_name,
+            upstreams,
+            peers_synced,
+            merged: OnceLock::new(),
+            skew,
+        }
+    }
+
+    /// Which side of the skew serves `gvr`; `None` when every server seen, or none, serves it.
+    pub fn skew_side(&self, gvr: &Gvr) -> Option<Side> {
+        if self.skew.is_empty() {
+            return None;
+        }
+        self.skew.get(gvr).copied()
+    }
+
+    /// The local server's discovery has been fetched at least once.
+    pub fn synced(&self) -> bool {
+        self.local.is_some()
+    }
+
+    /// The peer set is known and every server in it has been fetched once or marked down
+    /// (what `/readyz` waits for).
+    pub fn ready(&self) -> bool {
+        self.peers_synced && !self.servers.is_empty() && self.servers.iter().all(|s| s.attempted)
+    }
+
+    /// How to reach a peer.
+    pub fn upstream(&self, peer: &ServerName) -> Option<&Upstream> {
+        self.upstreams.get(peer)
+    }
+
+    /// The local view, once fetched.
+    pub fn local(&self) -> Option<&ServerView> {
+        self.local.as_deref()
+    }
+
+    /// Peers whose view (after exclusion) lists the resource, in name order.
+    pub fn peers_serving(&self, gvr: &Gvr) -> &[ServerName] {
+        self.index.get(gvr).map(Vec::as_slice).unwrap_or(&[])
+    }
+
+    /// Peers that serve the group, or the group-version if `version` is given.
+    pub fn peers_serving_gv(&self, group: &str, version: Option<&str>) -> Vec<ServerName> {
+        self.peers
+            .iter()
+            .filter(|(_, p)| {
+                p.view.as_ref().is_some_and(|v| match version {
+                    Some(ver) => v.serves_gv(group, ver),
+                    None => v.serves_group(group),
+                })
+            })
+            .map(|(n, _)| n.clone())
+            .collect()
+    }
+
+    /// A peer's entry.
+    pub fn peer(&self, name: &ServerName) -> Option<&PeerEntry> {
+        self.peers.get(name)
+    }
+
+    /// The first peer whose surface has never been fetched, with its last error.
+    pub fn unseen_peer(&self) -> Option<(&ServerName, Option<&str>)> {
+        self.peers
+            .iter()
+            .find(|(_, p)| p.view.is_none())
+            .map(|(n, p)| (n, p.error.as_deref()))
+    }
+
+    /// Group-versions kept local-only.
+    pub fn excluded(&self) -> &BTreeSet<GroupVersion> {
+        &self.excluded
+    }
+
+    /// The merged `/apis`, and whether it came from the cache (`true`) or was built now.
+    /// `None` until local discovery has been fetched.
+    pub fn merged(&self) -> Option<(Arc<MergedApis>, bool)> {
+        let local = self.local.as_ref()?;
+        if let Some(m) = self.merged.get() {
+            return Some((m.clone(), true));
+        }
+        let mut built = false;
+        let m = self
+            .merged
+            .get_or_init(|| {
+                built = true;
+                Arc::new(self.build_merged(local))
+            })
+            .clone();
+        Some((m, !built))
+    }
+
+    fn build_merged(&self, local: &ServerView) -> MergedApis {
+        let start = Instant::now();
+        let peers: Vec<(&str, &[ApiGroupDiscovery])> = self
+            .peers
+            .iter()
+            .filter_map(|(n, p)| p.view.as_ref().map(|v| (n.as_str(), v.apis.as_slice())))
+            .collect();
+        let (aggregated, etag, legacy) =
+            match merge::merge(self.local_name.as_str(), &local.apis, &peers) {
+                Merged::Unchanged => {
+                    let (body, etag) = match &local.apis_raw {
+                        Some(raw) => (raw.clone(), merge::etag_of(raw)),
+                        None => {
+                            let (b, e) = merge::encode_with_etag(&ApiGroupDiscoveryList::v2(
+                                local.apis.clone(),
+                            ));
+                            (Bytes::from(b), e)
+                        }
+                    };
+                    (body, etag, None)
+                }
+                Merged::Changed(items) => {
+                    let legacy =
+                        serde_json::to_vec(&legacy::group_list(&items)).unwrap_or_default();
+                    let (b, e) = merge::encode_with_etag(&ApiGroupDiscoveryList::v2(items));
+                    (Bytes::from(b), e, Some(Bytes::from(legacy)))
+                }
+            };
+        MergedApis {
+            aggregated,
+            etag,
+            legacy,
+            took: start.elapsed(),
+        }
+    }
+}

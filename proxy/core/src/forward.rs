@@ -1,0 +1,703 @@
+//! Sending a request to an upstream (the local API server or a peer) and streaming back its
+//! answer.
+//!
+//! Bodies stream both ways, frame by frame, so a watch reaches the client as each event
+//! arrives (hyper writes every frame as it comes, well inside upstream's 200 ms flush
+//! interval). HTTP/1.1 upgrades (exec, attach, port-forward) become a byte tunnel. Hop-by-hop
+//! headers are dropped as RFC 9110 §7.6.1 says; everything else, `Authorization` and
+//! `Impersonate-*` included, passes as sent (identity headers are [`crate::identity`]'s). The upstream's status, headers and body come back
+//! unchanged. Failures before a response arrives become a [`ProxyError`] naming the upstream
+//! and the cause; there is no retry (one hop, as upstream).
+
+use std::error::Error as StdError;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{Request, Response, StatusCode, Uri};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Empty, Full, Limited};
+use hyper_rustls::{FixedServerNameResolver, HttpsConnector, HttpsConnectorBuilder};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::connect::dns::{GaiAddrs, GaiResolver, Name};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+
+use crate::discovery::ServerName;
+use crate::error::{ProxyError, TransportFailure};
+use crate::h2pool::{H2Pool, UpstreamBody};
+use crate::route::PEER_PROXIED;
+
+/// Boxed error of a streamed body.
+pub type BoxError = Box<dyn StdError + Send + Sync>;
+/// The body type on both sides of the proxy.
+pub type Body = BoxBody<Bytes, BoxError>;
+
+/// The port of an upstream URL, or its scheme's default.
+pub fn port_of(url: &Uri) -> u16 {
+    url.port_u16()
+        .unwrap_or(if url.scheme_str() == Some("https") {
+            443
+        } else {
+            80
+        })
+}
+
+/// A body holding `bytes`.
+pub fn full(bytes: impl Into<Bytes>) -> Body {
+    Full::new(bytes.into())
+        .map_err(|never| match never {})
+        .boxed()
+}
+
+/// An empty body.
+pub fn empty() -> Body {
+    Empty::new().map_err(|never| match never {}).boxed()
+}
+
+/// The connector of every upstream client.
+pub(crate) type Connector = HttpsConnector<HttpConnector<Resolver>>;
+type HttpsClient = Client<Connector, Body>;
+
+/// Why an [`Upstream`] could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum UpstreamError {
+    /// The configured TLS server name is not a DNS name or an IP address.
+    #[error("server name {name:?}: {source}")]
+    ServerName {
+        name: String,
+        source: rustls::pki_types::InvalidDnsNameError,
+    },
+}
+
+/// A failed name lookup: the upstream's address, not the upstream, is what failed.
+/// [`Upstream`]'s errors are told apart by finding this type in their source chain.
+#[derive(Debug, thiserror::Error)]
+#[error("{source}")]
+pub struct ResolveError {
+    /// The host name looked up.
+    pub host: String,
+    source: std::io::Error,
+}
+
+/// The system resolver (`getaddrinfo`, as hyper-util's default), its failures typed as
+/// [`ResolveError`].
+#[derive(Clone)]
+pub(crate) struct Resolver(GaiResolver);
+
+type ResolveFuture = Pin<Box<dyn Future<Output = Result<GaiAddrs, ResolveError>> + Send>>;
+
+impl tower_service::Service<Name> for Resolver {
+    type Response = GaiAddrs;
+    type Error = ResolveError;
+    type Future = ResolveFuture;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), ResolveError>> {
+        self.0.poll_ready(cx).map_err(|source| ResolveError {
+            host: String::new(),
+            source,
+        })
+    }
+
+    fn call(&mut self, name: Name) -> ResolveFuture {
+        let host = name.as_str().to_owned();
+        let lookup = self.0.call(name);
+        Box::pin(async move { lookup.await.map_err(|source| ResolveError { host, source }) })
+    }
+}
+
+/// What kind of transport failure `e` is, by the types in its source chain.
+fn transport_failure(e: &(dyn StdError + 'static)) -> TransportFailure {
+    let mut cur = Some(e);
+    while let Some(err) = cur {
+        if err.is::<ResolveError>() {
+            return TransportFailure::NameResolution;
+        }
+        cur = err.source();
+    }
+    TransportFailure::Other
+}
+
+/// How to reach one kind of upstream.
+#[derive(Clone)]
+pub struct ClientSettings {
+    /// TLS for `https` URLs; `None` allows `http` only.
+    pub tls: Option<rustls::ClientConfig>,
+    /// SNI and verified name for TLS upstreams; `None` uses the URL's host.
+    pub server_name: Option<String>,
+    pub connect_timeout: Duration,
+    /// `tls` does not verify certificates (`--insecure-skip-tls-verify`): every failure to
+    /// reach the upstream logs a warning saying so.
+    pub insecure_skip_verify: bool,
+}
+
+/// One upstream: its name, its base URL and pooled clients: HTTP/2 when an `https` upstream
+/// offers it ([`crate::h2pool`]), HTTP/1.1 otherwise and for upgrades.
+#[derive(Clone)]
+pub struct Upstream {
+    pub name: ServerName,
+    /// `scheme://authority` of the upstream.
+    pub base: Uri,
+    client: HttpsClient,
+    h2: Option<Arc<H2Pool>>,
+    response_header_timeout: Duration,
+    insecure_skip_verify: bool,
+}
+
+impl std::fmt::Debug for Upstream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Upstream")
+            .field("name", &self.name)
+            .field("base", &self.base)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The identity mvproxy's own discovery reads run as: upstream's peer discovery runs as
+/// `system:apiserver` (UID `system:apiserver`, group `system:authenticated`) and reaches the
+/// peer as front-proxy headers (k8s.io/apiserver `pkg/util/peerproxy/peer_discovery.go`, through
+/// `proxyRequestToDestinationAPIServer`). A real kube-apiserver refuses a request that presents
+/// the front-proxy client certificate without `X-Remote-User` with `401` (the certificate is
+/// not from its client CA, and requestheader authentication needs the user header), so without
+/// these headers no discovery is read through `--proxy-client-cert-file`. A server that does not
+/// trust the connection as a front proxy ignores them; discovery is readable by every
+/// authenticated user (the `system:discovery` ClusterRole).
+const DISCOVERY_USER: &str = "system:apiserver";
+const DISCOVERY_GROUP: &str = "system:authenticated";
+
+fn discovery_identity(headers: &mut HeaderMap) {
+    headers.insert("x-remote-user", HeaderValue::from_static(DISCOVERY_USER));
+    headers.insert("x-remote-uid", HeaderValue::from_static(DISCOVERY_USER));
+    headers.insert("x-remote-group", HeaderValue::from_static(DISCOVERY_GROUP));
+}
+
+impl Upstream {
+    /// An upstream with its own connection pool.
+    pub fn new(
+        name: ServerName,
+        base: Uri,
+        settings: &ClientSettings,
+        response_header_timeout: Duration,
+    ) -> Result<Self, UpstreamError> {
+        let mut http = HttpConnector::new_with_resolver(Resolver(GaiResolver::new()));
+        http.enforce_http(false);
+        http.set_connect_timeout(Some(settings.connect_timeout));
+        http.set_nodelay(true);
+        // An empty trust store for http:// upstreams: config validation requires a CA file
+        // for every https:// one, so this config never verifies anything.
+        let tls = settings.tls.clone().unwrap_or_else(|| {
+            rustls::ClientConfig::builder()
+                .with_root_certificates(rustls::RootCertStore::empty())
+                .with_no_client_auth()
+        });
+        let builder = HttpsConnectorBuilder::new()
+            .with_tls_config(tls.clone())
+            .https_or_http();
+        let builder = match &settings.server_name {
+            Some(sni) => {
+                let name =
+                    rustls::pki_types::ServerName::try_from(sni.clone()).map_err(|source| {
+                        UpstreamError::ServerName {
+                            name: sni.clone(),
+                            source,
+                        }
+                    })?;
+                builder.with_server_name_resolver(FixedServerNameResolver::new(name))
+            }
+            None => builder,
+        };
+        let connector = builder.enable_http1().wrap_connector(http.clone());
+        let h2 = if base.scheme_str() == Some("https") {
+            let builder = HttpsConnectorBuilder::new()
+                .with_tls_config(tls)
+                .https_or_http();
+            let builder = match &settings.server_name {
+                Some(sni) => {
+                    let name = rustls::pki_types::ServerName::try_from(sni.clone())
+                        .map_err(|e| format!("server name {sni:?}: {e}"))?;
+                    builder.with_server_name_resolver(FixedServerNameResolver::new(name))
+                }
+                None => builder,
+            };
+            // ALPN offers h2 then http/1.1; the server chooses.
+            Some(Arc::new(H2Pool::new(
+                builder.enable_all_versions().wrap_connector(http),
+            )))
+        } else {
+            None
+        };
+        let insecure_skip_verify =
+            settings.insecure_skip_verify && base.scheme_str() == Some("https");
+        let client = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(Duration::from_secs(90))
+            .build(connector);
+        Ok(Self {
+            name,
+            base,
+            client,
+            h2,
+            response_header_timeout,
+            insecure_skip_verify,
+        })
+    }
+
+    /// Forwards `req` (its path and query byte for byte) and returns the upstream's response.
+    /// `peer_hop` adds the loop guard so the peer serves it locally.
+    pub async fn forward<B>(
+        &self,
+        mut req: Request<B>,
+        peer_hop: bool,
+    ) -> Result<Response<Body>, ProxyError>
+    where
+        B: http_body::Body<Data = Bytes> + Send + Sync + 'static,
+        B::Error: Into<BoxError>,
+    {
+        let upgrade = is_upgrade(req.headers());
+        let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
+        let (mut parts, body) = req.into_parts();
+        parts.uri = self.uri_for(parts.uri.path_and_query().map(|pq| pq.as_str()))?;
+        parts.version = http::Version::HTTP_11;
+        strip_hop_by_hop(&mut parts.headers, upgrade);
+        parts.headers.remove(header::HOST);
+        if peer_hop {
+            parts
+                .headers
+                .insert(PEER_PROXIED, HeaderValue::from_static("true"));
+        }
+        let body = body.map_err(Into::into).boxed();
+        let mut resp = self.send(Request::from_parts(parts, body)).await?;
+        if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
+            if let Some(client_upgrade) = client_upgrade {
+                let upstream_upgrade = hyper::upgrade::on(&mut resp);
+                tokio::spawn(tunnel(client_upgrade, upstream_upgrade));
+            }
+        } else {
+            strip_hop_by_hop(resp.headers_mut(), false);
+        }
+        Ok(resp.map(|b| b.map_err(BoxError::from).boxed()))
+    }
+
+    /// GETs `path` with `accept` and collects at most `limit` bytes of body (discovery).
+    pub async fn get(
+        &self,
+        path: &str,
+        accept: &str,
+        limit: usize,
+    ) -> Result<(StatusCode, HeaderMap, Bytes), ProxyError> {
+        let (parts, body) = self.get_response(path, accept).await?.into_parts();
+        let body = self.collect(path, body, limit).await?;
+        Ok((parts.status, parts.headers, body))
+    }
+
+    /// GETs `path` with `headers`; the body is left streaming (a watch).
+    pub async fn open(
+        &self,
+        path: &str,
+        headers: HeaderMap,
+    ) -> Result<Response<UpstreamBody>, ProxyError> {
+        let mut req = Request::new(empty());
+        *req.uri_mut() = self.uri_for(Some(path))?;
+        *req.headers_mut() = headers;
+        self.send(req).await
+    }
+
+    /// Collects at most `limit` bytes of a response body from `path`.
+    pub async fn collect(
+        &self,
+        path: &str,
+        body: UpstreamBody,
+        limit: usize,
+    ) -> Result<Bytes, ProxyError> {
+        Ok(Limited::new(body, limit)
+            .collect()
+            .await
+            .map_err(|e| ProxyError::Transport {
+                upstream: self.name.clone(),
+                failure: TransportFailure::Other,
+                cause: format!("reading {path}: {}", causes(e.as_ref())),
+            })?
+            .to_bytes())
+    }
+
+    /// GETs `path` with `accept`; the body is the caller's to read (and to bound).
+    pub async fn get_response(
+        &self,
+        path: &str,
+        accept: &str,
+    ) -> Result<Response<UpstreamBody>, ProxyError> {
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            header::ACCEPT,
+            HeaderValue::from_str(accept).map_err(|e| ProxyError::BadRequest(e.to_string()))?,
+        );
+        discovery_identity(&mut headers);
+        self.open(path, headers).await
+    }
+
+    async fn send(&self, req: Request<Body>) -> Result<Response<UpstreamBody>, ProxyError> {
+        match tokio::time::timeout(self.response_header_timeout, self.send_on_pool(req)).await {
+            Ok(Ok(resp)) => Ok(resp),
+            Ok(Err(e)) => {
+                if self.insecure_skip_verify {
+                    tracing::warn!(upstream = %self.name, url = %self.base, "connection failed while TLS verification is off (--insecure-skip-tls-verify): this upstream's certificate is not checked");
+                }
+                Err(ProxyError::Transport {
+                    upstream: self.name.clone(),
+                    failure: transport_failure(e.as_ref()),
+                    cause: causes(e.as_ref()),
+                })
+            }
+            Err(_) => Err(ProxyError::Timeout {
+                upstream: self.name.clone(),
+                seconds: self.response_header_timeout.as_secs().max(1),
+            }),
+        }
+    }
+
+    /// HTTP/2 when the upstream speaks it and the request is no upgrade, else HTTP/1.1.
+    async fn send_on_pool(&self, req: Request<Body>) -> Result<Response<UpstreamBody>, BoxError> {
+        if let Some(h2) = &self.h2
+            && !h2.is_http1()
+            && !is_upgrade(req.headers())
+            && let Some(stream) = h2.checkout(&self.base).await?
+        {
+            return Ok(stream.send(req).await?);
+        }
+        Ok(self.client.request(req).await?.map(UpstreamBody::from))
+    }
+
+    /// Open HTTP/2 connections to this upstream (0 for HTTP/1.1 upstreams).
+    pub async fn http2_connections(&self) -> usize {
+        match &self.h2 {
+            Some(h2) => h2.connections().await,
+            None => 0,
+        }
+    }
+
+    fn uri_for(&self, path_and_query: Option<&str>) -> Result<Uri, ProxyError> {
+        let mut parts = self.base.clone().into_parts();
+        parts.path_and_query = Some(
+            path_and_query
+                .unwrap_or("/")
+                .parse()
+                .map_err(|e: http::uri::InvalidUri| ProxyError::BadRequest(e.to_string()))?,
+        );
+        Uri::from_parts(parts).map_err(|e| ProxyError::BadRequest(e.to_string()))
+    }
+}
+
+/// Splices the client's and the upstream's upgraded connections together.
+async fn tunnel(client: hyper::upgrade::OnUpgrade, upstream: hyper::upgrade::OnUpgrade) {
+    let (client, upstream) = match tokio::try_join!(client, upstream) {
+        Ok(pair) => pair,
+        Err(e) => {
+            tracing::debug!(error = %e, "upgrade failed");
+            return;
+        }
+    };
+    let (mut a, mut b) = (TokioIo::new(client), TokioIo::new(upstream));
+    if let Err(e) = tokio::io::copy_bidirectional(&mut a, &mut b).await {
+        tracing::debug!(error = %e, "upgraded connection closed");
+    }
+}
+
+/// Whether the request asks for a protocol upgrade (`Connection: upgrade` with `Upgrade`).
+pub fn is_upgrade(headers: &HeaderMap) -> bool {
+    headers.contains_key(header::UPGRADE) && connection_tokens(headers).any(|t| t == "upgrade")
+}
+
+fn connection_tokens(headers: &HeaderMap) -> impl Iterator<Item = String> + '_ {
+    headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|t| t.trim().to_ascii_lowercase())
+        .filter(|t| !t.is_empty())
+}
+
+/// Removes hop-by-hop headers (RFC 9110 §7.6.1): those named by `Connection` and the
+/// standard set. For an upgrade, `Connection: upgrade` and `Upgrade` must reach the upstream.
+pub fn strip_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) {
+    let named: Vec<String> = connection_tokens(headers).collect();
+    for name in named {
+        if keep_upgrade && name == "upgrade" {
+            continue;
+        }
+        if let Ok(h) = HeaderName::from_bytes(name.as_bytes()) {
+            headers.remove(h);
+        }
+    }
+    for h in [
+        header::TE,
+        header::TRAILER,
+        header::TRANSFER_ENCODING,
+        HeaderName::from_static("keep-alive"),
+        HeaderName::from_static("proxy-connection"),
+    ] {
+        headers.remove(h);
+    }
+    if keep_upgrade {
+        headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+    } else {
+        headers.remove(header::CONNECTION);
+        headers.remove(header::UPGRADE);
+    }
+}
+
+/// An error and its sources in words, deduplicated ("tcp connect error: Connection refused").
+pub fn causes(e: &(dyn StdError + 'static)) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut cur: Option<&(dyn StdError + 'static)> = Some(e);
+    while let Some(err) = cur {
+        let s = err.to_string();
+        if !parts.iter().any(|p| p.contains(&s)) {
+            parts.push(s);
+        }
+        cur = err.source();
+    }
+    parts.join(": ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An error with a source, as hyper-util's client and connector errors wrap their causes.
+    #[derive(Debug, thiserror::Error)]
+    #[error("{0}")]
+    struct Wrapped(&'static str, #[source] Box<dyn StdError + Send + Sync>);
+
+    #[test]
+    fn a_failed_lookup_is_recognised_by_its_type_anywhere_in_the_chain() {
+        let lookup = ResolveError {
+            host: "apiserver-b".to_owned(),
+            source: std::io::Error::other("failed to lookup address information"),
+        };
+        let e = Wrapped(
+            "client error (Connect)",
+            Box::new(Wrapped("dns error", Box::new(lookup))),
+        );
+        assert_eq!(transport_failure(&e), TransportFailure::NameResolution);
+        assert_eq!(
+            causes(&e),
+            "client error (Connect): dns error: failed to lookup address information"
+        );
+        // the same words without the type are some other failure
+        let words = Wrapped(
+            "client error (Connect)",
+            Box::new(std::io::Error::other(
+                "dns error: failed to lookup address information",
+            )),
+        );
+        assert_eq!(transport_failure(&words), TransportFailure::Other);
+    }
+
+    #[test]
+    fn hop_by_hop_headers_are_dropped_and_end_to_end_ones_kept() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::CONNECTION,
+            HeaderValue::from_static("keep-alive, x-secret-hop"),
+        );
+        h.insert("keep-alive", HeaderValue::from_static("timeout=5"));
+        h.insert("x-secret-hop", HeaderValue::from_static("1"));
+        h.insert(header::TE, HeaderValue::from_static("trailers"));
+        h.insert(
+            header::TRANSFER_ENCODING,
+            HeaderValue::from_static("chunked"),
+        );
+        h.insert(header::AUTHORIZATION, HeaderValue::from_static("Bearer t"));
+        h.insert("impersonate-user", HeaderValue::from_static("alice"));
+        h.insert(header::ACCEPT, HeaderValue::from_static("application/json"));
+        strip_hop_by_hop(&mut h, false);
+        let mut left: Vec<_> = h.keys().map(|k| k.as_str()).collect();
+        left.sort();
+        assert_eq!(left, ["accept", "authorization", "impersonate-user"]);
+    }
+
+    #[test]
+    fn upgrade_keeps_connection_upgrade() {
+        let mut h = HeaderMap::new();
+        h.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
+        h.insert(header::UPGRADE, HeaderValue::from_static("SPDY/3.1"));
+        assert!(is_upgrade(&h));
+        strip_hop_by_hop(&mut h, true);
+        assert_eq!(h[header::CONNECTION], "upgrade");
+        assert_eq!(h[header::UPGRADE], "SPDY/3.1");
+        let mut plain = HeaderMap::new();
+        plain.insert(header::UPGRADE, HeaderValue::from_static("h2c"));
+        assert!(
+            !is_upgrade(&plain),
+            "Upgrade without Connection: upgrade is not an upgrade"
+        );
+    }
+
+    /// A TLS server on loopback offering `alpn`, counting its connections and recording each
+    /// request's HTTP version: `/watch` answers headers and then holds the body open, an
+    /// upgrade request gets `101`.
+    struct TlsServer {
+        url: Uri,
+        ca: rustls::pki_types::CertificateDer<'static>,
+        connections: Arc<std::sync::atomic::AtomicUsize>,
+        versions: Arc<std::sync::Mutex<Vec<http::Version>>>,
+        task: tokio::task::JoinHandle<()>,
+    }
+
+    async fn tls_server(alpn: &[&[u8]]) -> TlsServer {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        crate::tls::install_provider();
+        let cert = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
+        let ca = cert.cert.der().clone();
+        let key = rustls::pki_types::PrivateKeyDer::Pkcs8(cert.signing_key.serialize_der().into());
+        let mut config = rustls::ServerConfig::builder()
+            .with_no_client_auth()
+            .with_single_cert(vec![ca.clone()], key)
+            .unwrap();
+        config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let connections = Arc::new(AtomicUsize::new(0));
+        let versions = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (c, v) = (connections.clone(), versions.clone());
+        // the senders of the watch bodies: kept, so those bodies never end
+        let held = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let task = tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                c.fetch_add(1, Ordering::SeqCst);
+                let (acceptor, v, held) = (acceptor.clone(), v.clone(), held.clone());
+                tokio::spawn(async move {
+                    let Ok(tls) = acceptor.accept(tcp).await else {
+                        return;
+                    };
+                    let service = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
+                        v.lock().unwrap().push(req.version());
+                        let held = held.clone();
+                        async move {
+                            let mut resp = if is_upgrade(req.headers()) {
+                                let mut r = Response::new(empty());
+                                *r.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+                                r.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+                                r.headers_mut().insert(header::UPGRADE, HeaderValue::from_static("SPDY/3.1"));
+                                r
+                            } else if req.uri().path() == "/watch" {
+                                // a body that never ends, as a watch's
+                                let (sender, body) =
+                                    http_body_util::channel::Channel::<Bytes, BoxError>::new(1);
+                                held.lock().unwrap().push(sender);
+                                Response::new(body.boxed())
+                            } else {
+                                Response::new(full("ok"))
+                            };
+                            resp.headers_mut().insert("x-test", HeaderValue::from_static("1"));
+                            Ok::<_, std::convert::Infallible>(resp)
+                        }
+                    });
+                    let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                        .serve_connection_with_upgrades(TokioIo::new(tls), service)
+                        .await;
+                });
+            }
+        });
+        TlsServer {
+            url: format!("https://localhost:{port}").parse().unwrap(),
+            ca,
+            connections,
+            versions,
+            task,
+        }
+    }
+
+    fn upstream_for(server: &TlsServer) -> Upstream {
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(server.ca.clone()).unwrap();
+        let tls = rustls::ClientConfig::builder()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let settings = ClientSettings {
+            tls: Some(tls),
+            server_name: None,
+            connect_timeout: Duration::from_secs(5),
+            insecure_skip_verify: false,
+        };
+        Upstream::new("up".into(), server.url.clone(), &settings, Duration::from_secs(10)).unwrap()
+    }
+
+    /// `n` watches, one after the other, all left open.
+    async fn open_watches(up: &Upstream, n: usize) -> Vec<Response<UpstreamBody>> {
+        let mut out = Vec::new();
+        for _ in 0..n {
+            out.push(up.open("/watch", HeaderMap::new()).await.expect("watch opened"));
+        }
+        out
+    }
+
+    #[tokio::test]
+    async fn watches_share_http2_connections_and_upgrades_stay_on_http1() {
+        use std::sync::atomic::Ordering;
+        let server = tls_server(&[b"h2", b"http/1.1"]).await;
+        let up = upstream_for(&server);
+        let n = crate::h2pool::MAX_STREAMS + 50;
+        let watches = tokio::time::timeout(Duration::from_secs(30), async {
+            let mut handles = Vec::new();
+            for _ in 0..n {
+                let up = up.clone();
+                handles.push(tokio::spawn(async move { up.open("/watch", HeaderMap::new()).await }));
+            }
+            let mut out = Vec::new();
+            for h in handles {
+                out.push(h.await.unwrap().expect("watch opened"));
+            }
+            out
+        })
+        .await
+        .expect("every watch got its headers: none waits behind a full connection");
+        assert!(watches.iter().all(|r| r.status() == StatusCode::OK));
+        assert_eq!(
+            server.connections.load(Ordering::SeqCst),
+            2,
+            "{n} watches on {} streams per connection",
+            crate::h2pool::MAX_STREAMS
+        );
+        assert_eq!(up.http2_connections().await, 2);
+        assert!(server.versions.lock().unwrap().iter().all(|v| *v == http::Version::HTTP_2));
+
+        // a watch that ends frees its place: the next request needs no new connection
+        drop(watches);
+        let r = up.get("/", "application/json", 1024).await.unwrap();
+        assert_eq!(r.2, "ok");
+        assert_eq!(server.connections.load(Ordering::SeqCst), 2);
+
+        // an upgrade (exec, port-forward) goes over HTTP/1.1 on a connection of its own
+        let mut req = Request::new(empty());
+        *req.uri_mut() = "/api/v1/namespaces/default/pods/p/exec".parse().unwrap();
+        req.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
+        req.headers_mut().insert(header::UPGRADE, HeaderValue::from_static("SPDY/3.1"));
+        let resp = up.forward(req, false).await.unwrap();
+        assert_eq!(resp.status(), StatusCode::SWITCHING_PROTOCOLS);
+        assert_eq!(server.connections.load(Ordering::SeqCst), 3);
+        assert_eq!(server.versions.lock().unwrap().last(), Some(&http::Version::HTTP_11));
+        server.task.abort();
+    }
+
+    #[tokio::test]
+    async fn an_upstream_without_http2_gets_http1() {
+        use std::sync::atomic::Ordering;
+        let server = tls_server(&[b"http/1.1"]).await;
+        let up = upstream_for(&server);
+        let first = up.get("/", "application/json", 1024).await.unwrap();
+        assert_eq!(first.2, "ok");
+        let watches = open_watches(&up, 3).await;
+        assert!(watches.iter().all(|r| r.status() == StatusCode::OK));
+        assert!(server.versions.lock().unwrap().iter().all(|v| *v == http::Version::HTTP_11));
+        assert_eq!(up.http2_connections().await, 0);
+        // one connection found out the upstream has no h2, then one per watch in flight
+        assert!(server.connections.load(Ordering::SeqCst) >= 4);
+        server.task.abort();
+    }
+}

@@ -1,0 +1,51 @@
+//! mvproxy: a version-aware forwarding proxy for Kubernetes API servers during mixed-version
+//! upgrades.
+//!
+//! While API servers of two releases run side by side, a request that lands on a server
+//! lacking its group/version/resource gets a false `404`. mvproxy sits in front of each API
+//! server and does what kube-apiserver's Mixed Version Proxy does: it routes such a request to
+//! a peer that serves it, and merges every server's aggregated discovery.
+//!
+//! # Layout
+//! One request flows one way through these modules:
+//! - [`classify`]: the path as kube-apiserver's RequestInfo reads it;
+//! - [`discovery`]: what each server serves (fetch, refresh, the routing snapshot, merge);
+//! - [`route`]: the decision, a pure function of the request and the snapshot;
+//! - [`identity`]: what the API servers are told about who the client is;
+//! - [`forward`]: streaming the request to the chosen upstream and its answer back;
+//! - [`error`]: every failure mvproxy answers itself, as a Kubernetes `Status`;
+//! - [`server`] ties them together per request and runs the listener, with [`spans`] for
+//!   the trace of each request; [`admin`] serves health, readiness, metrics and
+//!   `/debug/discovery`; [`readiness`] records which clients use GVRs that not every server
+//!   serves, and on which side of the upgrade (`mvproxy_skew_requests_total`,
+//!   `/debug/clients`).
+//!
+//! [`peers`] finds peers in the cluster (identity Leases or EndpointSlices), read from the local
+//! API server or through a [`kubeconfig`].
+//!
+//! [`config`] turns flags and YAML into a validated [`config::Config`]; [`app`] starts
+//! everything from it. [`limits`] bounds what one client can make the proxy hold (request
+//! heads and bodies, connections, discovery documents); [`tls`] builds the TLS configs from
+//! files and reloads them when they change.
+//!
+//! The stand-in API server (`mvproxy-standin`, which shares no code with this crate) and
+//! `mvproxy demo` (`mvproxy-demo`, which uses both) are crates of their own: nothing here can
+//! reach them. The `mvproxy` binary (`proxy/cli`) parses flags and runs [`app`].
+
+pub mod admin;
+pub mod app;
+pub mod classify;
+pub mod config;
+pub mod discovery;
+pub mod error;
+pub mod forward;
+pub mod h2pool;
+pub mod identity;
+pub mod kubeconfig;
+pub mod limits;
+pub mod peers;
+pub mod readiness;
+pub mod route;
+pub mod server;
+pub mod spans;
+pub mod tls;

@@ -1,0 +1,301 @@
+//! The clients seen using GVRs in the skew, bounded: what `/debug/clients` shows and what the
+//! `client` label of `mvproxy_skew_requests_total` may be.
+//!
+//! Any client can send any `User-Agent`, so the set of names must not grow with them: the
+//! first `max` distinct clients are tracked by name, every later one is counted as
+//! [`OTHER_CLIENT`]. Per client, entries are keyed by GVR and side, which are bounded by what
+//! the servers serve (only GVRs in the skew are recorded), so the whole registry is bounded by
+//! `(max + 1) × skew × sides`. A lock is taken only for requests whose GVR is in the skew, and
+//! held for a map update.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::SystemTime;
+
+use mvproxy_telemetry::metrics::OTHER_CLIENT;
+use serde::Serialize;
+
+use super::agent::Agent;
+use super::side::Side;
+use crate::classify::Gvr;
+
+/// Default of `--max-tracked-clients`.
+pub const DEFAULT_MAX_CLIENTS: usize = 100;
+
+/// How one client used one GVR on one side of the skew.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Use {
+    pub requests: u64,
+    pub first_seen: SystemTime,
+    pub last_seen: SystemTime,
+}
+
+/// One client: what identifies it and what it used.
+#[derive(Debug, Clone)]
+struct Entry {
+    program: String,
+    version: Option<String>,
+    uses: BTreeMap<(Side, Gvr), Use>,
+}
+
+/// The bounded set of clients.
+#[derive(Debug)]
+pub struct Clients {
+    max: usize,
+    inner: Mutex<Inner>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    named: HashMap<Arc<str>, Entry>,
+    other: Option<Entry>,
+}
+
+impl Clients {
+    /// A registry that names at most `max` clients (at least one).
+    pub fn new(max: usize) -> Self {
+        Self {
+            max: max.max(1),
+            inner: Mutex::new(Inner::default()),
+        }
+    }
+
+    /// Records a request of `agent` for `gvr` on `side` at `now`; returns the `client` label
+    /// it counts under (its name, or [`OTHER_CLIENT`] past the bound).
+    pub fn record(&self, agent: &Agent, gvr: &Gvr, side: Side, now: SystemTime) -> Arc<str> {
+        let name = agent.client();
+        let mut inner = self.lock();
+        let known = inner
+            .named
+            .get_key_value(name.as_str())
+            .map(|(k, _)| k.clone());
+        let label: Arc<str> = match known {
+            Some(key) => key,
+            // An agent calling itself "other" is counted with the overflow, never apart.
+            None if inner.named.len() < self.max && name != OTHER_CLIENT => {
+                let key: Arc<str> = Arc::from(name);
+                inner.named.insert(
+                    key.clone(),
+                    Entry {
+                        program: agent.program.clone(),
+                        version: None,
+                        uses: BTreeMap::new(),
+                    },
+                );
+                key
+            }
+            None => Arc::from(OTHER_CLIENT),
+        };
+        let entry = match inner.named.get_mut(&label) {
+            Some(e) => {
+                e.version.clone_from(&agent.version);
+                e
+            }
+            None => inner.other.get_or_insert_with(|| Entry {
+                program: OTHER_CLIENT.to_owned(),
+                version: None,
+                uses: BTreeMap::new(),
+            }),
+        };
+        entry
+            .uses
+            .entry((side, gvr.clone()))
+            .and_modify(|u| {
+                u.requests += 1;
+                u.first_seen = u.first_seen.min(now);
+                u.last_seen = u.last_seen.max(now);
+            })
+            .or_insert(Use {
+                requests: 1,
+                first_seen: now,
+                last_seen: now,
+            });
+        label
+    }
+
+    /// Number of clients tracked by name (`other` not included).
+    pub fn named(&self) -> usize {
+        self.lock().named.len()
+    }
+
+    /// The bound on named clients.
+    pub fn max(&self) -> usize {
+        self.max
+    }
+
+    /// Every client, in name order, `other` last; for `/debug/clients`.
+    pub fn report(&self) -> Vec<ClientReport> {
+        let inner = self.lock();
+        let mut named: Vec<(&Arc<str>, &Entry)> = inner.named.iter().collect();
+        named.sort_by(|a, b| a.0.cmp(b.0));
+        let mut out: Vec<ClientReport> = named
+            .into_iter()
+            .map(|(name, e)| ClientReport::of(name, e))
+            .collect();
+        if let Some(other) = &inner.other {
+            out.push(ClientReport::of(OTHER_CLIENT, other));
+        }
+        out
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic elsewhere while holding the lock leaves counts, never a broken map.
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// One client in `/debug/clients`.
+#[derive(Debug, Clone, Serialize)]
+pub struct ClientReport {
+    /// The `client` label.
+    pub client: String,
+    pub program: String,
+    /// The version its last request's `User-Agent` carried.
+    pub version: Option<String>,
+    /// Requests for GVRs in the skew, in all.
+    pub requests: u64,
+    /// GVRs only older releases serve: these requests fail once the upgrade completes.
+    pub breaks_after_upgrade: Vec<GvrUse>,
+    /// GVRs only the newest release serves: these requests fail on a rollback.
+    pub breaks_on_rollback: Vec<GvrUse>,
+    /// GVRs some servers of one release serve and others do not.
+    pub partial: Vec<GvrUse>,
+    /// GVRs judged while some server's release was unknown.
+    pub unknown: Vec<GvrUse>,
+    /// Unix seconds.
+    pub first_seen: f64,
+    pub last_seen: f64,
+}
+
+/// One GVR a client used, on one side.
+#[derive(Debug, Clone, Serialize)]
+pub struct GvrUse {
+    /// `group/version/resource` (core: `v1/pods`).
+    pub gvr: String,
+    pub group: String,
+    pub version: String,
+    pub resource: String,
+    pub requests: u64,
+    /// Unix seconds.
+    pub first_seen: f64,
+    pub last_seen: f64,
+}
+
+impl ClientReport {
+    fn of(name: &str, e: &Entry) -> Self {
+        let mut r = ClientReport {
+            client: name.to_owned(),
+            program: e.program.clone(),
+            version: e.version.clone(),
+            requests: 0,
+            breaks_after_upgrade: Vec::new(),
+            breaks_on_rollback: Vec::new(),
+            partial: Vec::new(),
+            unknown: Vec::new(),
+            first_seen: f64::INFINITY,
+            last_seen: 0.0,
+        };
+        for ((side, gvr), u) in &e.uses {
+            let first = unix(u.first_seen);
+            let last = unix(u.last_seen);
+            r.requests += u.requests;
+            r.first_seen = r.first_seen.min(first);
+            r.last_seen = r.last_seen.max(last);
+            let item = GvrUse {
+                gvr: gvr.to_string(),
+                group: gvr.group.clone(),
+                version: gvr.version.clone(),
+                resource: gvr.resource.clone(),
+                requests: u.requests,
+                first_seen: first,
+                last_seen: last,
+            };
+            match side {
+                Side::OldOnly => r.breaks_after_upgrade.push(item),
+                Side::NewOnly => r.breaks_on_rollback.push(item),
+                Side::Partial => r.partial.push(item),
+                Side::Unknown => r.unknown.push(item),
+            }
+        }
+        if !r.first_seen.is_finite() {
+            r.first_seen = 0.0;
+        }
+        r
+    }
+}
+
+fn unix(t: SystemTime) -> f64 {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::super::agent::parse;
+    use super::*;
+
+    fn at(secs: u64) -> SystemTime {
+        SystemTime::UNIX_EPOCH + Duration::from_secs(secs)
+    }
+
+    #[test]
+    fn counts_per_client_gvr_and_side_with_first_and_last_seen() {
+        let clients = Clients::new(10);
+        let kcm = parse(b"kube-controller-manager/v1.31.2 (linux/amd64) kubernetes/abc123/system:serviceaccount:kube-system:generic-garbage-collector");
+        let fs = Gvr::new("flowcontrol.apiserver.k8s.io", "v1beta3", "flowschemas");
+        let rc = Gvr::new("resource.k8s.io", "v1beta2", "resourceclaims");
+        for t in [30, 10, 20] {
+            clients.record(&kcm, &fs, Side::OldOnly, at(t));
+        }
+        let label = clients.record(&kcm, &rc, Side::NewOnly, at(40));
+        assert_eq!(
+            &*label,
+            "kube-controller-manager (sa kube-system/generic-garbage-collector)"
+        );
+        let report = clients.report();
+        assert_eq!(report.len(), 1);
+        let r = &report[0];
+        assert_eq!(r.requests, 4);
+        assert_eq!(r.version.as_deref(), Some("v1.31.2"));
+        assert_eq!((r.first_seen, r.last_seen), (10.0, 40.0));
+        assert_eq!(r.breaks_after_upgrade.len(), 1);
+        let u = &r.breaks_after_upgrade[0];
+        assert_eq!(u.gvr, "flowcontrol.apiserver.k8s.io/v1beta3/flowschemas");
+        assert_eq!((u.requests, u.first_seen, u.last_seen), (3, 10.0, 30.0));
+        assert_eq!(
+            r.breaks_on_rollback[0].gvr,
+            "resource.k8s.io/v1beta2/resourceclaims"
+        );
+        assert!(r.partial.is_empty() && r.unknown.is_empty());
+    }
+
+    #[test]
+    fn ten_thousand_distinct_agents_stay_within_the_bound() {
+        let max = DEFAULT_MAX_CLIENTS;
+        let clients = Clients::new(max);
+        let gvr = Gvr::new("flowcontrol.apiserver.k8s.io", "v1beta3", "flowschemas");
+        let mut labels = std::collections::HashSet::new();
+        for i in 0..10_000 {
+            let ua = format!("operator-{i}/v1.0.{i} (linux/amd64) kubernetes/abc");
+            let label = clients.record(&parse(ua.as_bytes()), &gvr, Side::OldOnly, at(i));
+            labels.insert(label.to_string());
+        }
+        assert_eq!(clients.named(), max);
+        assert_eq!(labels.len(), max + 1, "named clients and `other`");
+        assert!(labels.contains(OTHER_CLIENT));
+        let report = clients.report();
+        assert_eq!(report.len(), max + 1);
+        assert_eq!(report.last().map(|r| r.client.as_str()), Some(OTHER_CLIENT));
+        let total: u64 = report.iter().map(|r| r.requests).sum();
+        assert_eq!(total, 10_000, "no request lost to the bound");
+        assert_eq!(report.last().map(|r| r.requests), Some(10_000 - max as u64));
+        // a client seen before the bound keeps its name afterwards
+        let first = parse(b"operator-0/v1.0.0 (linux/amd64) kubernetes/abc");
+        assert_eq!(
+            &*clients.record(&first, &gvr, Side::OldOnly, at(1)),
+            "operator-0"
+        );
+    }
+}

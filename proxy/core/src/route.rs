@@ -1,0 +1,224 @@
+//! Where a request goes: the Mixed Version Proxy decision, as a pure function.
+//!
+//! The order of checks is upstream's `WrapHandler` (mvp-spec §1.3), first match wins:
+//! non-resource → local; already proxied → local (one hop at most); local discovery not yet
+//! fetched → local; served locally → local; served by no peer → local, so the client gets the
+//! API server's own 404; else a capable peer, chosen uniformly at random among those up.
+//! Two deliberate departures keep a false 404 from ever reaching a client (README.md, "Where mvproxy departs from upstream"): when
+//! every capable peer is down, or when a peer whose surface was never seen might serve the
+//! resource, the answer is a retryable 503.
+//!
+//! `decide` does no I/O and takes no clock or randomness: the peer choice is injected, so
+//! every rule has a table test.
+
+use http::{HeaderMap, Method};
+use mvproxy_telemetry::metrics::values;
+
+use crate::classify::{DiscoveryPath, Gvr, RequestInfo};
+use crate::discovery::negotiate::{DiscoveryFormat, negotiate};
+use crate::discovery::{ServerName, Snapshot};
+use crate::error::ProxyError;
+
+/// The loop-guard header upstream sets on the peer hop.
+pub const PEER_PROXIED: &str = "x-kubernetes-peer-proxied";
+
+/// Why a request is served by the local API server (the `mvproxy.reason` values).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LocalReason {
+    NonResource,
+    AlreadyProxied,
+    NotSynced,
+    ServedLocally,
+    NoPeer,
+}
+
+impl LocalReason {
+    /// The metric and span label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::NonResource => values::REASON_NON_RESOURCE,
+            Self::AlreadyProxied => values::REASON_ALREADY_PROXIED,
+            Self::NotSynced => values::REASON_NOT_SYNCED,
+            Self::ServedLocally => values::REASON_SERVED_LOCALLY,
+            Self::NoPeer => values::REASON_NO_PEER,
+        }
+    }
+}
+
+/// Which merged `/apis` document mvproxy answers with itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MergedFormat {
+    /// `apidiscovery.k8s.io/v2` `APIGroupDiscoveryList`.
+    Aggregated,
+    /// Legacy `APIGroupList` (an extension beyond upstream, for older clients).
+    Legacy,
+}
+
+/// The decision for one request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Route {
+    /// Forward to the local API server.
+    Local(LocalReason),
+    /// Forward to this peer, the only kind of server that serves the request.
+    Peer(ServerName),
+    /// Answer `GET /apis` with the merged discovery document.
+    Discovery(MergedFormat),
+    /// Answer with this error; never a false 404.
+    Unavailable(ProxyError),
+}
+
+impl Route {
+    /// The `mvproxy.route` label.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Local(_) => values::ROUTE_LOCAL,
+            Self::Peer(_) => values::ROUTE_PEER,
+            Self::Discovery(_) => values::ROUTE_DISCOVERY,
+            Self::Unavailable(_) => values::ROUTE_PEER,
+        }
+    }
+
+    /// The `mvproxy.reason` label.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::Local(r) => r.as_str(),
+            Self::Peer(_) | Self::Unavailable(_) => values::REASON_PEER_ONLY,
+            Self::Discovery(_) => values::REASON_NON_RESOURCE,
+        }
+    }
+}
+
+/// Decides where the request goes. `pick(n)` returns an index below `n` (uniformly random in
+/// production).
+pub fn decide(
+    info: &RequestInfo,
+    method: &Method,
+    headers: &HeaderMap,
+    snap: &Snapshot,
+    pick: impl FnOnce(usize) -> usize,
+) -> Route {
+    let already_proxied = headers
+        .get(PEER_PROXIED)
+        .is_some_and(|v| v.as_bytes() == b"true");
+    match info {
+        RequestInfo::NonResource => Route::Local(LocalReason::NonResource),
+        RequestInfo::Discovery(path) => {
+            if already_proxied {
+                return Route::Local(LocalReason::AlreadyProxied);
+            }
+            if !snap.synced() {
+                return Route::Local(LocalReason::NotSynced);
+            }
+            if path == &DiscoveryPath::Apis && method != Method::GET {
+                return Route::Local(LocalReason::NonResource);
+            }
+            decide_discovery(path, headers, snap, pick)
+        }
+        RequestInfo::Resource(req) => {
+            if already_proxied {
+                return Route::Local(LocalReason::AlreadyProxied);
+            }
+            let Some(local) = snap.local() else {
+                return Route::Local(LocalReason::NotSynced);
+            };
+            if local.serves(&req.gvr) {
+                return Route::Local(LocalReason::ServedLocally);
+            }
+            decide_peer(&req.gvr, snap, pick)
+        }
+    }
+}
+
+fn decide_peer(gvr: &Gvr, snap: &Snapshot, pick: impl FnOnce(usize) -> usize) -> Route {
+    let capable = snap.peers_serving(gvr);
+    if capable.is_empty() {
+        return match snap.unseen_peer() {
+            Some((peer, cause)) => Route::Unavailable(ProxyError::SurfaceUnknown {
+                gvr: gvr.to_string(),
+                peer: peer.clone(),
+                cause: cause.unwrap_or("discovery not fetched yet").to_owned(),
+            }),
+            None => Route::Local(LocalReason::NoPeer),
+        };
+    }
+    choose_up(gvr.to_string(), capable, snap, pick)
+}
+
+fn choose_up(
+    what: String,
+    capable: &[ServerName],
+    snap: &Snapshot,
+    pick: impl FnOnce(usize) -> usize,
+) -> Route {
+    let up: Vec<&ServerName> = capable
+        .iter()
+        .filter(|p| snap.peer(p).is_some_and(|e| e.up))
+        .collect();
+    if up.is_empty() {
+        let cause = capable
+            .iter()
+            .filter_map(|p| snap.peer(p).and_then(|e| e.error.clone()))
+            .next()
+            .unwrap_or_else(|| "marked down".to_owned());
+        let peers = capable
+            .iter()
+            .map(ServerName::as_str)
+            .collect::<Vec<_>>()
+            .join(", ");
+        return Route::Unavailable(ProxyError::PeersDown {
+            gvr: what,
+            peers,
+            cause,
+        });
+    }
+    let i = pick(up.len()).min(up.len() - 1);
+    Route::Peer(up[i].clone())
+}
+
+/// Discovery paths: `/apis` is answered by mvproxy when the client negotiated something it
+/// merges; `/apis/{g}` and `/apis/{g}/{v}` that only a peer serves go to that peer (an
+/// extension for legacy clients); everything else is the local server's.
+fn decide_discovery(
+    path: &DiscoveryPath,
+    headers: &HeaderMap,
+    snap: &Snapshot,
+    pick: impl FnOnce(usize) -> usize,
+) -> Route {
+    let local_route = Route::Local(LocalReason::NonResource);
+    let Some(local) = snap.local() else {
+        return Route::Local(LocalReason::NotSynced);
+    };
+    let (group, version) = match path {
+        DiscoveryPath::Apis => {
+            return match negotiate(headers.get(http::header::ACCEPT)) {
+                DiscoveryFormat::AggregatedV2 { nopeer: false } => {
+                    Route::Discovery(MergedFormat::Aggregated)
+                }
+                DiscoveryFormat::Legacy => Route::Discovery(MergedFormat::Legacy),
+                _ => local_route,
+            };
+        }
+        DiscoveryPath::Api | DiscoveryPath::CoreVersion { .. } => return local_route,
+        DiscoveryPath::Group { group } => (group, None),
+        DiscoveryPath::GroupVersion { group, version } => (group, Some(version.as_str())),
+    };
+    let served_locally = match version {
+        Some(v) => local.serves_gv(group, v),
+        None => local.serves_group(group),
+    };
+    if served_locally {
+        return Route::Local(LocalReason::ServedLocally);
+    }
+    let capable = snap.peers_serving_gv(group, version);
+    if capable.is_empty() {
+        return Route::Local(LocalReason::NoPeer);
+    }
+    let what = match version {
+        Some(v) => format!("{group}/{v}"),
+        None => group.clone(),
+    };
+    choose_up(what, &capable, snap, pick)
+}
+
+#[cfg(test)]
+mod tests;

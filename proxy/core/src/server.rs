@@ -1,0 +1,467 @@
+//! The proxy listener: one request's path from arrival to response.
+//!
+//! [`handle`] is the whole story, in order: classify the path, look up the snapshot and decide
+//! where it goes, forward it (or answer it: merged discovery, or an error `Status`), then
+//! record what happened. [`serve`] accepts connections (plain or TLS, HTTP/1.1 with upgrades
+//! and HTTP/2) within the [`crate::limits`], and drains them on shutdown.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::header::{self, HeaderMap, HeaderValue};
+use http::{Method, Request, Response, StatusCode};
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use hyper_util::server::graceful::GracefulShutdown;
+use mvproxy_telemetry::metrics::{
+    Metrics, PeerErrorLabels, RequestLabels, RerouteLabels, ResultLabels, RouteLabels, TraceLabels,
+    TypeLabels, values,
+};
+use mvproxy_telemetry::trace::RequestSpan;
+use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
+use tokio_util::sync::CancellationToken;
+
+use crate::classify::{DiscoveryPath, RequestInfo, classify};
+use crate::discovery::negotiate::{DiscoveryFormat, negotiate};
+use crate::discovery::types::CONTENT_TYPE_V2;
+use crate::discovery::{Cache, ServerName, Snapshot};
+use crate::error::ProxyError;
+use crate::forward::{Body, Upstream, full};
+use crate::identity::{Authenticator, ClientIdentity};
+use crate::limits::{self, LimitedBody, Limits};
+use crate::readiness::Readiness;
+use crate::route::{LocalReason, MergedFormat, Route, decide};
+use crate::spans;
+
+/// What every request needs: the upstreams, the discovery cache and the metric handles.
+pub struct App {
+    /// Turns a connection's client certificate into the identity headers upstreams see.
+    pub auth: Authenticator,
+    pub server_id: ServerName,
+    /// The proxy listener's address (the `server.*` attributes of server spans).
+    pub listen: SocketAddr,
+    pub local: Upstream,
+    pub cache: Arc<Cache>,
+    pub metrics: Arc<Metrics>,
+    pub limits: Limits,
+    /// Who uses the GVRs of the skew (`mvproxy_skew_requests_total`, `/debug/clients`).
+    pub readiness: Arc<Readiness>,
+}
+
+/// Handles one request from a client with `identity`: classify → look up and decide →
+/// forward → record. A request for a GVR in the skew is also recorded with its client
+/// ([`Readiness::observe`], once identity headers are settled).
+pub async fn handle(
+    app: Arc<App>,
+    identity: Arc<ClientIdentity>,
+    mut req: Request<Incoming>,
+) -> Response<Body> {
+    let start = Instant::now();
+    let method = req.method().clone();
+    let path = req.uri().path().to_owned();
+
+    // 1. classify
+    let info = classify(&method, &path, req.uri().query());
+    let span = spans::server(
+        &method,
+        req.uri(),
+        &info,
+        &app.server_id,
+        app.listen,
+        req.headers(),
+    );
+
+    // 2. look up and decide
+    let snap = app.cache.load();
+    let lookup_start = Instant::now();
+    let route = decide(&info, &method, req.headers(), &snap, |n| {
+        fastrand::usize(..n)
+    });
+    record_lookup(&app, &span, &info, &route, lookup_start.elapsed());
+    spans::decided(&span, &route);
+    if is_nopeer_discovery(&info, req.headers()) {
+        app.metrics.discovery_nopeer_requests.inc();
+    }
+
+    // 3. forward, or answer
+    app.auth.apply(&identity, req.headers_mut());
+    app.readiness.observe(&snap, &info, &route, req.headers());
+    let result = respond(&app, &snap, &span, &info, &route, req).await;
+    let resp = result.unwrap_or_else(|e| {
+        spans::failed(&span, &e);
+        tracing::warn!(error = %e, %method, %path, route = route.kind(), "request failed");
+        record_proxy_error(&app.metrics, &info, &route, &e);
+        e.to_response().map(full)
+    });
+
+    // 4. record
+    spans::responded(&span, resp.status(), 500);
+    let took = start.elapsed();
+    record(
+        &app.metrics,
+        &method,
+        &info,
+        &route,
+        resp.status(),
+        took,
+        &span,
+    );
+    log_request(&span, &route, &method, &path, resp.status(), took);
+    span.end();
+    resp
+}
+
+/// Step 3: where the decision sends the request.
+async fn respond(
+    app: &App,
+    snap: &Snapshot,
+    span: &RequestSpan,
+    info: &RequestInfo,
+    route: &Route,
+    req: Request<Incoming>,
+) -> Result<Response<Body>, ProxyError> {
+    let (req, body_limit) = limits::limit_body(req, info, app.limits.max_request_body_bytes)?;
+    let result = match route {
+        Route::Local(_) => forward(&app.local, req, span, info, None).await,
+        Route::Peer(name) => {
+            // The snapshot that chose the peer knows how to reach it.
+            let peer = snap
+                .upstream(name)
+                .ok_or_else(|| ProxyError::PeerUpstreamMissing { peer: name.clone() })?;
+            forward(peer, req, span, info, Some(name)).await
+        }
+        Route::Discovery(format) => {
+            match merged_discovery(app, snap, span, *format, req.headers()) {
+                Some(resp) => Ok(resp),
+                None => forward(&app.local, req, span, info, None).await,
+            }
+        }
+        Route::Unavailable(e) => Err(e.clone()),
+    };
+    body_limit.explain(result)
+}
+
+/// One upstream attempt, in its own `CLIENT` span whose context the upstream receives.
+async fn forward(
+    up: &Upstream,
+    mut req: Request<LimitedBody>,
+    server_span: &RequestSpan,
+    info: &RequestInfo,
+    peer: Option<&ServerName>,
+) -> Result<Response<Body>, ProxyError> {
+    let client = spans::client(server_span, req.method(), info, &up.base, peer);
+    client.inject(req.headers_mut());
+    let result = up.forward(req, peer.is_some()).await;
+    match &result {
+        Ok(resp) => spans::responded(&client, resp.status(), 400),
+        Err(e) => spans::failed(&client, e),
+    }
+    client.end();
+    result
+}
+
+/// One log line per request: at info for peer-routed and failed ones, debug otherwise.
+/// Never a header: `Authorization` must not reach a log.
+fn log_request(
+    span: &RequestSpan,
+    route: &Route,
+    method: &Method,
+    path: &str,
+    status: StatusCode,
+    took: Duration,
+) {
+    let peer = match route {
+        Route::Peer(peer) => Some(peer),
+        Route::Unavailable(_) => return,
+        _ if tracing::enabled!(tracing::Level::DEBUG) => None,
+        _ => return,
+    };
+    // The ids are formatted only for a line that is written.
+    let ids = span.ids();
+    let trace_id = ids.as_ref().map(|i| i.trace_id.as_str()).unwrap_or_default();
+    let span_id = ids.as_ref().map(|i| i.span_id.as_str()).unwrap_or_default();
+    let millis = took.as_secs_f64() * 1000.0;
+    match peer {
+        Some(peer) => {
+            tracing::info!(%trace_id, %span_id, %peer, %method, %path, status = status.as_u16(), millis, "proxied to peer")
+        }
+        None => {
+            tracing::debug!(%trace_id, %span_id, route = route.kind(), %method, %path, status = status.as_u16(), millis, "request")
+        }
+    }
+}
+
+fn is_nopeer_discovery(info: &RequestInfo, headers: &HeaderMap) -> bool {
+    matches!(info, RequestInfo::Discovery(DiscoveryPath::Apis))
+        && negotiate(headers.get(header::ACCEPT)) == DiscoveryFormat::AggregatedV2 { nopeer: true }
+}
+
+/// Answers `GET /apis` with the merged document, or `None` to let the local server answer
+/// (legacy format when the merge changed nothing: local's own document is the right one).
+fn merged_discovery(
+    app: &App,
+    snap: &Snapshot,
+    span: &RequestSpan,
+    format: MergedFormat,
+    headers: &HeaderMap,
+) -> Option<Response<Body>> {
+    let started = Instant::now();
+    let (merged, hit) = snap.merged()?;
+    spans::merge_event(span, hit, started.elapsed().as_micros());
+    app.metrics
+        .merges
+        .get_or_create(&ResultLabels {
+            result: values::result(hit),
+        })
+        .inc();
+    if !hit {
+        app.metrics
+            .merge_duration
+            .observe(merged.took.as_secs_f64());
+    }
+    let (body, content_type) = match format {
+        MergedFormat::Aggregated => (merged.aggregated.clone(), CONTENT_TYPE_V2),
+        MergedFormat::Legacy => (merged.legacy.clone()?, "application/json"),
+    };
+    let mut resp = if format == MergedFormat::Aggregated
+        && headers
+            .get(header::IF_NONE_MATCH)
+            .is_some_and(|v| v.as_bytes() == merged.etag.as_bytes())
+    {
+        let mut r = Response::new(full(Bytes::new()));
+        *r.status_mut() = StatusCode::NOT_MODIFIED;
+        r
+    } else {
+        let mut r = Response::new(full(body));
+        r.headers_mut()
+            .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+        r
+    };
+    let h = resp.headers_mut();
+    if format == MergedFormat::Aggregated {
+        if let Ok(etag) = HeaderValue::from_str(&merged.etag) {
+            h.insert(header::ETAG, etag);
+        }
+        h.insert(header::CACHE_CONTROL, HeaderValue::from_static("public"));
+    }
+    h.insert(header::VARY, HeaderValue::from_static("Accept"));
+    Some(resp)
+}
+
+/// Counts a routing-index lookup of a resource request: a hit when some server serves the
+/// GVR, a miss when none does (which also schedules a refetch of every server).
+fn record_lookup(app: &App, span: &RequestSpan, info: &RequestInfo, route: &Route, took: Duration) {
+    if !matches!(info, RequestInfo::Resource(_)) {
+        return;
+    }
+    let hit = match route {
+        Route::Local(LocalReason::NoPeer)
+        | Route::Unavailable(ProxyError::SurfaceUnknown { .. }) => false,
+        Route::Local(LocalReason::ServedLocally) | Route::Peer(_) | Route::Unavailable(_) => true,
+        // not looked up: loop guard or not synced
+        _ => return,
+    };
+    spans::lookup_event(span, hit, took.as_micros());
+    if !hit {
+        app.cache.on_miss();
+    }
+    let labels = ResultLabels {
+        result: values::result(hit),
+    };
+    app.metrics.cache_lookups.get_or_create(&labels).inc();
+    app.metrics
+        .cache_lookup_duration
+        .get_or_create(&labels)
+        .observe(took.as_secs_f64());
+}
+
+fn gvr_labels(info: &RequestInfo) -> (String, String, String) {
+    match info {
+        RequestInfo::Resource(r) => (
+            r.gvr.group.clone(),
+            r.gvr.version.clone(),
+            r.gvr.resource.clone(),
+        ),
+        _ => Default::default(),
+    }
+}
+
+/// A failure to proxy: to a peer in `mvproxy_peer_proxy_errors_total` (upstream's family,
+/// errors proxying to a peer), to the local API server in `mvproxy_local_proxy_errors_total`.
+fn record_proxy_error(metrics: &Metrics, info: &RequestInfo, route: &Route, e: &ProxyError) {
+    let Some(ty) = e.peer_error_type() else {
+        return;
+    };
+    match route {
+        Route::Peer(_) | Route::Unavailable(_) => {
+            let (group, version, resource) = gvr_labels(info);
+            metrics
+                .peer_proxy_errors
+                .get_or_create(&PeerErrorLabels {
+                    r#type: ty,
+                    group,
+                    version,
+                    resource,
+                })
+                .inc();
+        }
+        Route::Local(_) | Route::Discovery(_) => {
+            metrics
+                .local_proxy_errors
+                .get_or_create(&TypeLabels { r#type: ty })
+                .inc();
+        }
+    }
+}
+
+fn record(
+    metrics: &Metrics,
+    method: &Method,
+    info: &RequestInfo,
+    route: &Route,
+    status: StatusCode,
+    took: Duration,
+    span: &RequestSpan,
+) {
+    let peer = match route {
+        Route::Peer(p) => p.to_string(),
+        _ => String::new(),
+    };
+    if let Route::Peer(_) = route {
+        let (group, version, resource) = gvr_labels(info);
+        metrics
+            .rerouted_requests
+            .get_or_create(&RerouteLabels {
+                code: status.as_u16(),
+                group,
+                version,
+                resource,
+            })
+            .inc();
+    }
+    metrics
+        .requests
+        .get_or_create(&RequestLabels {
+            route: route.kind(),
+            reason: route.reason(),
+            peer: peer.clone(),
+            code: status.as_u16(),
+            method: method_label(method),
+        })
+        .inc();
+    metrics
+        .request_duration
+        .get_or_create(&RouteLabels {
+            route: route.kind(),
+            peer,
+        })
+        .observe(
+            took.as_secs_f64(),
+            span.sampled_trace_id()
+                .map(|trace_id| TraceLabels { trace_id }),
+            None,
+        );
+}
+
+/// Methods as a closed set, so a client cannot grow the label set.
+fn method_label(m: &Method) -> &'static str {
+    match *m {
+        Method::GET => "GET",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::PATCH => "PATCH",
+        Method::DELETE => "DELETE",
+        Method::HEAD => "HEAD",
+        Method::OPTIONS => "OPTIONS",
+        _ => "OTHER",
+    }
+}
+
+/// How long in-flight requests get to finish after a shutdown signal (watches never finish).
+pub const SHUTDOWN_DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Serves the proxy on `listener` until `shutdown` is cancelled, then drains open connections.
+pub async fn serve(
+    listener: TcpListener,
+    tls: Option<TlsAcceptor>,
+    app: Arc<App>,
+    shutdown: CancellationToken,
+) {
+    let graceful = GracefulShutdown::new();
+    let builder = limits::http_builder(&app.limits);
+    let connections = limits::Connections::new(app.limits.max_connections);
+    loop {
+        let (stream, remote) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(pair) => pair,
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = shutdown.cancelled() => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let Some((stream, permit)) = connections.admit(stream, tls.as_ref(), &builder) else {
+            continue;
+        };
+        let app = app.clone();
+        let builder = builder.clone();
+        let watcher = graceful.watcher();
+        let tls = tls.clone();
+        tokio::spawn(async move {
+            let _permit = permit;
+            let auth_app = app.clone();
+            let service = |identity: ClientIdentity| {
+                let identity = Arc::new(identity);
+                hyper::service::service_fn(move |req| {
+                    let (app, identity) = (app.clone(), identity.clone());
+                    async move { Ok::<_, std::convert::Infallible>(handle(app, identity, req).await) }
+                })
+            };
+            let result = match tls {
+                Some(acceptor) => match crate::tls::accept::accept(&acceptor, stream).await {
+                    Ok(s) => {
+                        let identity = auth_app.auth.identify(s.get_ref().1.peer_certificates());
+                        let io =
+                            TokioIo::new(limits::FirstBytes::new(s, limits::HEADER_READ_TIMEOUT));
+                        let conn = builder.serve_connection_with_upgrades(io, service(identity));
+                        watcher.watch(conn.into_owned()).await
+                    }
+                    Err(e) => {
+                        tracing::debug!(%remote, error = %e, "TLS handshake failed");
+                        return;
+                    }
+                },
+                None => {
+                    let io =
+                        TokioIo::new(limits::FirstBytes::new(stream, limits::HEADER_READ_TIMEOUT));
+                    let conn = builder
+                        .serve_connection_with_upgrades(io, service(ClientIdentity::Anonymous));
+                    watcher.watch(conn.into_owned()).await
+                }
+            };
+            if let Err(e) = result {
+                tracing::debug!(%remote, error = %e, "connection closed with error");
+            }
+        });
+    }
+    drop(listener);
+    if tokio::time::timeout(SHUTDOWN_DRAIN_TIMEOUT, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!("connections still open after {SHUTDOWN_DRAIN_TIMEOUT:?}; closing them");
+    }
+}
+
+/// Binds a listener, naming the address in the error.
+pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|e| std::io::Error::new(e.kind(), format!("bind {addr}: {e}")))
+}

@@ -1,0 +1,409 @@
+#!/usr/bin/env bash
+# Conformance part "control-plane": mvproxy (release build of this checkout) in front of real,
+# unmodified kube-apiservers v1.35.4 and v1.36.3 sharing one etcd v3.6.16
+# (scripts/control-plane/), each mvproxy the other's peer, over TLS with the real certificates.
+#
+# Control plane 1 (upstream's Mixed Version Proxy off, so whatever crosses releases is mvproxy's
+# doing): node A = 1.35.4 on 127.0.0.2:6443, node B = 1.36.3 on 127.0.0.3:6443, mvproxy A' on
+# 127.0.0.2:7443 and B' on 127.0.0.3:7443 (static peers, front-proxy identity).
+#   kubectl api-resources (installed kubectl and an older release) through either proxy;
+#   create/get/list/watch/delete of a resource only the other release serves; a watch across
+#   the peer hop; front-proxy identity with RBAC (also across the hop, spoofing refused);
+#   --peer-source endpointslices; then the rolling upgrade 1.35 -> 1.36 under load via A', B'.
+# Control plane 2 (upstream's Mixed Version Proxy on in both): the same rolling upgrade straight
+# to the API servers; halfway (A = 1.36, B = 1.35) --peer-source leases and mvproxy's merged
+# /apis against the 1.36 server's own peer-aggregated /apis.
+#
+# Reports in $CONFORMANCE_OUT/control-plane/: skew.txt, upgrade.md (the per-phase tables),
+# apis-diff.txt, memory.txt. Everything runs on loopback; every process is stopped by PID.
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
+# shellcheck source=lib.sh
+. "$here/lib.sh"
+out="${CONFORMANCE_OUT:-$root/target/conformance}/control-plane"
+mkdir -p "$out"
+[ "$(id -u)" -eq 0 ] || { record "runs as root" FAIL "a UTS namespace per API server needs root"; exit 1; }
+
+CP_DIR=$(mktemp -d /tmp/mvproxy-conformance.XXXXXX)
+export CP_DIR
+# shellcheck source=../control-plane/lib.sh
+. "$root/scripts/control-plane/lib.sh"
+loader_pid=""
+cleanup() {
+  [ -n "$loader_pid" ] && kill -TERM "$loader_pid" 2>/dev/null && wait "$loader_pid" 2>/dev/null
+  cp_cleanup
+  cp -r "$CP_DIR/logs" "$out/" 2>/dev/null || true
+  rm -rf "$CP_DIR"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+PHASE_SECONDS=${PHASE_SECONDS:-15}
+LOAD_RATE=${LOAD_RATE:-40}
+OLD=1.35.4 NEW=1.36.3
+A_IP=127.0.0.2 B_IP=127.0.0.3
+V2='application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList'
+pki="$CP_DIR/pki"
+kubectl_new=$(command -v kubectl)
+kubectl_old="$(dirname "$(readlink -f "$kubectl_new")")/kubectl.1.30"
+[ -x "$kubectl_old" ] || kubectl_old=$(command -v kubectl.1.30 || true)
+
+echo "building mvproxy (release) ..." >&2
+(cd "$root" && nice -n 10 cargo build --release --locked -p mvproxy -q)
+MVPROXY="$root/target/release/mvproxy"
+
+cp_init
+cp_pki alice mvproxy-testers
+
+# ---- helpers --------------------------------------------------------------------------------
+
+# mvp_start NAME IP LOCAL_IP [args...]: mvproxy on IP:7443 (admin IP:7543) in front of LOCAL_IP:6443.
+mvp_start() {
+  local name=$1 ip=$2 local_ip=$3
+  shift 3
+  "$MVPROXY" serve --listen "$ip:${MVP_PORT:-7443}" --admin-listen "$ip:$((${MVP_PORT:-7443} + 100))" \
+    --local "https://$local_ip:$CP_PORT" --local-ca-file "$pki/ca.crt" --peer-ca-file "$pki/ca.crt" \
+    --tls-cert-file "$pki/apiserver.crt" --tls-key-file "$pki/apiserver.key" \
+    --proxy-client-cert-file "$pki/front-proxy-client.crt" --proxy-client-key-file "$pki/front-proxy-client.key" \
+    --identity front-proxy --client-ca-file "$pki/ca.crt" \
+    --requestheader-client-ca-file "$pki/front-proxy-ca.crt" --requestheader-allowed-names front-proxy-client \
+    --refresh-interval-seconds 5 "$@" >"$CP_DIR/logs/$name.log" 2>&1 &
+  _cp_record "$name" $!
+}
+mvp_ready() { # IP [PORT]
+  local i
+  for i in $(seq 1 120); do
+    [ "$(curl -s -o /dev/null -w '%{http_code}' "http://$1:$((${2:-7443} + 100))/readyz")" = 200 ] && return 0
+    sleep 0.5
+  done
+  return 1
+}
+# as USER URL_BASE PATH [curl args]: a request with USER's client certificate (admin, user, rogue-proxy).
+as() {
+  local user=$1 base=$2 path=$3
+  shift 3
+  curl -sS --max-time 15 --cacert "$pki/ca.crt" --cert "$pki/$user.crt" --key "$pki/$user.key" "$@" "$base$path"
+}
+kc() { # KUBECTL KUBECONFIG args...
+  local bin=$1 cfg=$2
+  shift 2
+  "$bin" --kubeconfig "$cfg" --cache-dir "$CP_DIR/kcache.$RANDOM" --request-timeout 20s "$@"
+}
+user_kubeconfig() { # FILE SERVER USER
+  cp_kubeconfig "$1" "$2"
+  sed -i "s#$pki/admin#$pki/$3#g" "$1"
+}
+
+# The GVRs (group/version/resource, core group as "core") a server's nopeer discovery lists;
+# the documents themselves are kept in $CP_DIR/docs-IP.json.
+gvrs_of() { # IP
+  { cp_curl "$1" /api -H "Accept: $V2;profile=nopeer"; echo; cp_curl "$1" /apis -H "Accept: $V2;profile=nopeer"; } |
+    jq -s '{items: (map(.items) | add)}' >"$CP_DIR/docs-$1.json"
+  jq -r '.items[] | (.metadata.name // "" | if . == "" then "core" else . end) as $g | .versions[] | .version as $v | .resources[] | "\($g)/\($v)/\(.resource)"' \
+    "$CP_DIR/docs-$1.json" | sort -u
+}
+
+wait_for() { # SECONDS COMMAND...: until COMMAND succeeds
+  local limit=$1 i
+  shift
+  for i in $(seq 1 $((limit * 2))); do
+    "$@" >/dev/null 2>&1 && return 0
+    sleep 0.5
+  done
+  return 1
+}
+
+# ---- control plane 1: upstream's proxy off, mvproxy in front ---------------------------------
+
+t0=$(date +%s)
+cp_start_etcd
+cp_start_apiserver apiserver-a "$OLD" "$A_IP"
+cp_start_apiserver apiserver-b "$NEW" "$B_IP"
+cp_wait_ready apiserver-a "$A_IP" 180
+cp_wait_ready apiserver-b "$B_IP" 180
+record "control plane starts" PASS "etcd $( "$ETCD_V3_6_16" --version | awk '/etcd Version/ {print $3}'), A $(cp_curl $A_IP /version | jq -r .gitVersion), B $(cp_curl $B_IP /version | jq -r .gitVersion), ready in $(( $(date +%s) - t0 ))s"
+sleep 5
+{
+  echo "resident memory after start (KiB):"
+  for n in etcd apiserver-a apiserver-b; do echo "  $n $(cp_rss_kib $n)"; done
+} >"$out/memory.txt"
+
+gvrs_of "$A_IP" >"$out/gvrs-$OLD.txt"
+gvrs_of "$B_IP" >"$out/gvrs-$NEW.txt"
+comm -23 "$out/gvrs-$OLD.txt" "$out/gvrs-$NEW.txt" >"$out/only-$OLD.txt"
+comm -13 "$out/gvrs-$OLD.txt" "$out/gvrs-$NEW.txt" >"$out/only-$NEW.txt"
+{
+  echo "GVRs served: $OLD $(wc -l <"$out/gvrs-$OLD.txt"), $NEW $(wc -l <"$out/gvrs-$NEW.txt") (--runtime-config=api/all=true)"
+  echo "only $OLD ($(wc -l <"$out/only-$OLD.txt")):"; sed 's/^/  /' "$out/only-$OLD.txt"
+  echo "only $NEW ($(wc -l <"$out/only-$NEW.txt")):"; sed 's/^/  /' "$out/only-$NEW.txt"
+} >"$out/skew.txt"
+check "releases differ (skew visible)" "only $OLD: $(wc -l <"$out/only-$OLD.txt") GVRs, only $NEW: $(wc -l <"$out/only-$NEW.txt") GVRs (skew.txt)" \
+  test -s "$out/only-$NEW.txt"
+
+mvp_start mvproxy-a "$A_IP" "$A_IP" --server-id apiserver-a --peer "apiserver-b=https://$B_IP:7443"
+mvp_start mvproxy-b "$B_IP" "$B_IP" --server-id apiserver-b --peer "apiserver-a=https://$A_IP:7443"
+check "mvproxy A' and B' ready" "in front of $OLD and $NEW" mvp_ready "$A_IP"
+mvp_ready "$B_IP" || record "mvproxy B' ready" FAIL "see logs/mvproxy-b.log"
+
+for n in direct-a:$A_IP:$CP_PORT direct-b:$B_IP:$CP_PORT via-a:$A_IP:7443 via-b:$B_IP:7443; do
+  IFS=: read -r name ip port <<<"$n"
+  cp_kubeconfig "$CP_DIR/$name.kc" "https://$ip:$port"
+done
+user_kubeconfig "$CP_DIR/alice-via-a.kc" "https://$A_IP:7443" user
+
+# ---- kubectl api-resources: the union of both releases through either proxy -----------------
+
+api_resources() { kc "$1" "$2" api-resources -o name 2>>"$CP_DIR/logs/kubectl.err" | sort -u; }
+sort -u <(api_resources "$kubectl_new" "$CP_DIR/direct-a.kc") <(api_resources "$kubectl_new" "$CP_DIR/direct-b.kc") >"$out/api-resources-union.txt"
+for k in "$kubectl_new" "$kubectl_old"; do
+  kv=$("$k" version --client -o json 2>/dev/null | jq -r .clientVersion.gitVersion)
+  for via in a b; do
+    api_resources "$k" "$CP_DIR/via-$via.kc" >"$CP_DIR/ar.txt"
+    d=$(diff "$out/api-resources-union.txt" "$CP_DIR/ar.txt" | grep '^[<>]' | tr '\n' ' ' || true)
+    check "kubectl $kv api-resources via mvproxy $via = union" "$(wc -l <"$CP_DIR/ar.txt") resources${d:+; differs: $d}" test -z "$d"
+  done
+done
+
+# ---- a resource only the other release serves: create/get/list/watch/delete ----------------
+
+WL_NEW=workloads.v1alpha2.scheduling.k8s.io
+WL_OLD=workloads.v1alpha1.scheduling.k8s.io
+grep -qx scheduling.k8s.io/v1alpha2/workloads "$out/only-$NEW.txt" || record "skew resource" FAIL "scheduling.k8s.io/v1alpha2/workloads is not $NEW-only any more; pick another"
+wl_new() { # NAME
+  printf '{"apiVersion":"scheduling.k8s.io/v1alpha2","kind":"Workload","metadata":{"name":"%s","namespace":"default"},"spec":{"podGroupTemplates":[{"name":"g","schedulingPolicy":{"basic":{}}}]}}' "$1"
+}
+wl_old() {
+  printf '{"apiVersion":"scheduling.k8s.io/v1alpha1","kind":"Workload","metadata":{"name":"%s","namespace":"default"},"spec":{"podGroups":[{"name":"g","policy":{"basic":{}}}]}}' "$1"
+}
+crud() { # KUBECONFIG RESOURCE MANIFEST_FN NAME OWNER_IP OWNER_PATH
+  local cfg=$1 res=$2 fn=$3 name=$4 owner=$5 opath=$6
+  $fn "$name" | kc "$kubectl_new" "$cfg" create -f - >/dev/null &&
+    kc "$kubectl_new" "$cfg" get "$res" "$name" -n default -o name | grep -q "$name" &&
+    kc "$kubectl_new" "$cfg" get "$res" -n default -o name | grep -q "$name" &&
+    [ "$(cp_curl "$owner" "$opath/$name" -o /dev/null -w '%{http_code}')" = 200 ] &&
+    kc "$kubectl_new" "$cfg" delete "$res" "$name" -n default >/dev/null &&
+    ! kc "$kubectl_new" "$cfg" get "$res" "$name" -n default >/dev/null 2>&1
+}
+check "create/get/list/delete $NEW-only workloads (v1alpha2) via mvproxy A ($OLD)" "object read back straight from B ($NEW)" \
+  crud "$CP_DIR/via-a.kc" "$WL_NEW" wl_new cp-new-1 "$B_IP" /apis/scheduling.k8s.io/v1alpha2/namespaces/default/workloads
+if grep -qx scheduling.k8s.io/v1alpha1/workloads "$out/only-$OLD.txt"; then
+  check "create/get/list/delete $OLD-only workloads (v1alpha1) via mvproxy B ($NEW)" "object read back straight from A ($OLD)" \
+    crud "$CP_DIR/via-b.kc" "$WL_OLD" wl_old cp-old-1 "$A_IP" /apis/scheduling.k8s.io/v1alpha1/namespaces/default/workloads
+fi
+
+# A watch through mvproxy A, across the peer hop to B: events as they happen.
+watch_hop() {
+  local log="$CP_DIR/watch.out" wpid i t1 ok=1
+  kc "$kubectl_new" "$CP_DIR/via-a.kc" get "$WL_NEW" -n default --watch-only --output-watch-events >"$log" 2>&1 &
+  wpid=$!
+  sleep 3
+  wl_new cp-watch-1 | kc "$kubectl_new" "$CP_DIR/direct-b.kc" create -f - >/dev/null
+  t1=$(date +%s%N)
+  wait_for 10 grep -q "ADDED.*cp-watch-1" "$log" || ok=0
+  WATCH_MS=$(( ($(date +%s%N) - t1) / 1000000 ))
+  kc "$kubectl_new" "$CP_DIR/direct-b.kc" delete "$WL_NEW" cp-watch-1 -n default >/dev/null
+  wait_for 10 grep -q "DELETED.*cp-watch-1" "$log" || ok=0
+  kill "$wpid" 2>/dev/null; wait "$wpid" 2>/dev/null || true
+  [ "$ok" = 1 ]
+}
+WATCH_MS=?
+check "watch via mvproxy A across the peer hop" "ADDED then DELETED of an object created straight on B, each within 10 s" watch_hop
+record "watch latency (measured)" PASS "ADDED seen ${WATCH_MS} ms after kubectl create returned"
+
+# ---- front-proxy identity end to end, with RBAC ----------------------------------------------
+
+kc "$kubectl_new" "$CP_DIR/direct-b.kc" apply -f - >/dev/null <<'YAML'
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: cp-testers-list-workloads, namespace: default}
+rules: [{apiGroups: [scheduling.k8s.io], resources: [workloads], verbs: [list]}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: cp-testers-list-workloads, namespace: default}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: cp-testers-list-workloads}
+subjects: [{apiGroup: rbac.authorization.k8s.io, kind: Group, name: mvproxy-testers}]
+YAML
+sleep 2
+WLN=/apis/scheduling.k8s.io/v1alpha2/namespaces/default/workloads
+code_and_user() { # expected-code expected-user-in-message curl-args...
+  local want=$1 who=$2 body code
+  shift 2
+  body=$("$@" -w '\n%{http_code}') || return 1
+  code=$(tail -1 <<<"$body")
+  [ "$code" = "$want" ] || { echo "got $code: $(head -c 300 <<<"$body")" >&2; return 1; }
+  [ -z "$who" ] || grep -q "User \\\\\"$who\\\\\"" <<<"$body" || { echo "no User \"$who\" in: $(head -c 300 <<<"$body")" >&2; return 1; }
+}
+check "alice (group mvproxy-testers) lists workloads via A, across the hop: 200" "RBAC grants the group list on workloads; A ($OLD) does not serve v1alpha2" \
+  code_and_user 200 "" as user "https://$A_IP:7443" "$WLN"
+check "alice lists workloads via B (local): 200" "" code_and_user 200 "" as user "https://$B_IP:7443" "$WLN"
+check "alice creates a workload via A, across the hop: 403 naming alice" "" \
+  code_and_user 403 alice as user "https://$A_IP:7443" "$WLN" -X POST -H 'Content-Type: application/json' --data "$(wl_new cp-denied)"
+check "alice lists configmaps via A (local): 403 naming alice" "" code_and_user 403 alice as user "https://$A_IP:7443" /api/v1/namespaces/default/configmaps
+check "alice's own X-Remote-User/Group (admin, system:masters) are ignored" "403 still names alice" \
+  code_and_user 403 alice as user "https://$A_IP:7443" /api/v1/namespaces/default/configmaps -H 'X-Remote-User: kubernetes-admin' -H 'X-Remote-Group: system:masters'
+check "spoofed X-Remote-User across the hop is ignored" "workload create via A with admin headers: 403 naming alice" \
+  code_and_user 403 alice as user "https://$A_IP:7443" "$WLN" -X POST -H 'X-Remote-User: kubernetes-admin' -H 'X-Remote-Group: system:masters' -H 'Content-Type: application/json' --data "$(wl_new cp-denied)"
+rogue() {
+  local body
+  body=$(as rogue-proxy "https://$A_IP:7443" /api/v1/namespaces/default/configmaps -H 'X-Remote-User: kubernetes-admin' -H 'X-Remote-Group: system:masters' -w '\n%{http_code}') || return 0
+  ! grep -q '^200$' <<<"$(tail -1 <<<"$body")" && ! grep -q kubernetes-admin <<<"$body"
+}
+check "a front-proxy-CA certificate with a CN not allowed cannot assert X-Remote-User" "not 200, not kubernetes-admin" rogue
+
+# ---- peers from the cluster: --peer-source endpointslices -----------------------------------
+
+MVP_PORT=7444 mvp_start mvproxy-a-eps "$A_IP" "$A_IP" --server-id apiserver-a --peer-source endpointslices --kubeconfig "$CP_DIR/direct-a.kc"
+eps_check() {
+  mvp_ready "$A_IP" 7444 || return 1
+  # The peer set arrives from the EndpointSlice list after start; its discovery after that.
+  wait_for 30 sh -c "curl -s http://$A_IP:7544/debug/discovery | jq -e --arg u '$B_IP:$CP_PORT' '[.servers[] | select(.local | not) | select((.url | contains(\$u)) and .up)] | length == 1'" &&
+    [ "$(as admin "https://$A_IP:7444" "$WLN" -o /dev/null -w '%{http_code}')" = 200 ]
+}
+check "--peer-source endpointslices: peer $B_IP:$CP_PORT from default/kubernetes, v1alpha2 routed to it" "no --peer" eps_check
+cp_stop mvproxy-a-eps
+
+# ---- peers from the cluster: --peer-source leases (the identity Leases, their address annotation)
+
+la=$(cp_lease_of "$A_IP" apiserver-a) lb=$(cp_lease_of "$A_IP" apiserver-b)
+MVP_PORT=7445 mvp_start mvproxy-a-leases "$A_IP" "$A_IP" --server-id "$la" --peer-source leases --kubeconfig "$CP_DIR/direct-a.kc"
+leases_check() {
+  mvp_ready "$A_IP" 7445 || return 1
+  wait_for 30 sh -c "curl -s http://$A_IP:7545/debug/discovery | jq -e --arg id '$lb' '[.servers[] | select(.id == \$id and .up)] | length == 1'" || return 1
+  [ "$(as admin "https://$A_IP:7445" "$WLN" -o /dev/null -w '%{http_code}')" = 200 ] &&
+    curl -s "http://$A_IP:7545/metrics" | grep 'mvproxy_rerouted_request_total{' | grep -q 'resource="workloads"'
+}
+check "--peer-source leases: peer $lb from its identity Lease, v1alpha2 routed to it" "server id $la (A's lease); no --peer" leases_check
+cp_stop mvproxy-a-leases
+
+# ---- the rolling upgrade 1.35 -> 1.36 under steady load --------------------------------------
+
+# The load: GET list (limit=1) of a few GVRs every release serves and of every GVR only one
+# release serves, each tagged with the releases that serve it.
+python3 - "$out/gvrs-$OLD.txt" "$out/gvrs-$NEW.txt" "$OLD" "$NEW" "$CP_DIR/docs-$A_IP.json" "$CP_DIR/docs-$B_IP.json" >"$CP_DIR/load-gvrs.json" <<'PY'
+import json, sys
+old, new = (set(open(p).read().split()) for p in sys.argv[1:3])
+vo, vn = sys.argv[3:5]
+scope = {}
+for p in sys.argv[5:7]:
+    for g in json.load(open(p))["items"]:
+        name = g.get("metadata", {}).get("name") or "core"
+        for v in g.get("versions", []):
+            for r in v.get("resources", []):
+                scope[f"{name}/{v['version']}/{r['resource']}"] = r["scope"]
+common = ["core/v1/pods", "core/v1/configmaps", "core/v1/namespaces", "apps/v1/deployments",
+          "coordination.k8s.io/v1/leases", "rbac.authorization.k8s.io/v1/roles"]
+def path(gvr):
+    g, v, r = gvr.split("/")
+    base = "/api/v1" if g == "core" else f"/apis/{g}/{v}"
+    return f"{base}/{r}" if scope.get(gvr) == "Cluster" else f"{base}/namespaces/default/{r}"
+out = []
+for gvr in common + sorted(old ^ new):
+    out.append({"path": path(gvr), "gvr": gvr,
+                "served_by": [v for v, s in ((vo, old), (vn, new)) if gvr in s]})
+json.dump(out, sys.stdout)
+PY
+
+phase_file="$CP_DIR/phase"
+phase() { echo "$*" >"$phase_file"; }
+start_load() { # LABEL TARGET_URLS
+  phase pause
+  python3 "$here/load.py" --targets "$2" --phase-file "$phase_file" --gvrs "$CP_DIR/load-gvrs.json" \
+    --rate "$LOAD_RATE" --ca "$pki/ca.crt" --cert "$pki/admin.crt" --key "$pki/admin.key" \
+    --json "$out/upgrade-$1.json" --label "$1" &
+  loader_pid=$!
+}
+stop_load() {
+  kill -TERM "$loader_pid" 2>/dev/null || true
+  wait "$loader_pid" 2>/dev/null || true
+  loader_pid=""
+}
+# restart NODE IP VERSION MVP: the node leaves the rotation, its API server restarts on VERSION.
+restart_node() {
+  local node=$1 ip=$2 version=$3 mvp=$4
+  cp_stop "apiserver-$node"
+  cp_start_apiserver "apiserver-$node" "$version" "$ip" "$mvp"
+  cp_wait_ready "apiserver-$node" "$ip" 180
+}
+# upgrade LABEL TARGETS MVP [MIDWAY_HOOK]: from both on $OLD to both on $NEW, phase by phase.
+upgrade() {
+  local label=$1 targets=$2 mvp=$3 hook=${4:-}
+  start_load "$label" "$targets"
+  phase all-old "$OLD" "$OLD"; sleep "$PHASE_SECONDS"
+  phase "node-1-restart" down "$OLD"; restart_node a "$A_IP" "$NEW" "$mvp"
+  phase "node-1-upgraded" "$NEW" "$OLD"; sleep "$PHASE_SECONDS"
+  if [ -n "$hook" ]; then phase pause; $hook; fi
+  phase "node-2-restart" "$NEW" down; restart_node b "$B_IP" "$NEW" "$mvp"
+  phase all-new "$NEW" "$NEW"; sleep "$PHASE_SECONDS"
+  stop_load
+}
+
+# Through mvproxy: B goes back to $OLD first (both old), mvproxy A' and B' stay up throughout.
+restart_node b "$B_IP" "$OLD" ""
+sleep 6
+upgrade mvproxy "https://$A_IP:7443,https://$B_IP:7443" ""
+cp_stop mvproxy-a
+cp_stop mvproxy-b
+
+# ---- control plane 2: upstream's Mixed Version Proxy on ---------------------------------------
+
+cp_stop apiserver-a
+cp_stop apiserver-b
+cp_start_apiserver apiserver-a "$OLD" "$A_IP" mvp
+cp_start_apiserver apiserver-b "$OLD" "$B_IP" mvp
+cp_wait_ready apiserver-a "$A_IP" 180
+cp_wait_ready apiserver-b "$B_IP" 180
+sleep 5
+
+midway() {
+  # A = $NEW, B = $OLD, both with upstream's proxy. mvproxy in front of A with peers from the
+  # identity leases, named as upstream names them, so the two merges have the same inputs.
+  local la lb
+  la=$(cp_lease_of "$A_IP" apiserver-a) lb=$(cp_lease_of "$A_IP" apiserver-b)
+  MVP_PORT=7445 mvp_start mvproxy-a-leases "$A_IP" "$A_IP" --server-id "$la" --peer-source leases --kubeconfig "$CP_DIR/direct-a.kc"
+  local synced=1
+  mvp_ready "$A_IP" 7445 &&
+    wait_for 30 sh -c "curl -s http://$A_IP:7545/debug/discovery | jq -e --arg id '$lb' '[.servers[] | select(.id == \$id and .up)] | length == 1'" ||
+    { synced=0; record "mvproxy with lease peers in front of upstream's proxy" FAIL "peer $lb not up (logs/mvproxy-a-leases.log)"; }
+  # Upstream's 1.36 peer-aggregated /apis, once it has fetched its peer (a $OLD-only GV listed).
+  local gv
+  gv=$(grep -m1 . "$out/only-$OLD.txt" | cut -d/ -f1,2)
+  wait_for 60 sh -c "curl -s --cacert $pki/ca.crt --cert $pki/admin.crt --key $pki/admin.key -H 'Accept: $V2' https://$A_IP:$CP_PORT/apis | jq -e --arg gv '$gv' '[.items[] | .metadata.name as \$g | .versions[] | \"\(\$g)/\(.version)\"] | index(\$gv)'" ||
+    record "upstream 1.36 lists its peer's group-versions" FAIL "$gv never appeared in $A_IP's /apis"
+  cp_curl "$A_IP" /apis -H "Accept: $V2" >"$out/apis-upstream-$NEW.json"
+  as admin "https://$A_IP:7445" /apis -H "Accept: $V2" >"$out/apis-mvproxy.json"
+  # Compared only once mvproxy has read both servers (else it passes local's document through).
+  check "merged /apis via mvproxy = upstream 1.36's peer-aggregated /apis (groups, versions, resources, order)" "see apis-diff.txt" \
+    sh -c "[ $synced = 1 ] && python3 '$here/compare_apis.py' '$out/apis-mvproxy.json' '$out/apis-upstream-$NEW.json' '$out/apis-diff.txt'"
+  cp_stop mvproxy-a-leases
+}
+upgrade upstream "https://$A_IP:$CP_PORT,https://$B_IP:$CP_PORT" mvp midway
+
+# ---- report ----------------------------------------------------------------------------------
+
+python3 - "$out/upgrade-mvproxy.json" "$out/upgrade-upstream.json" >"$out/upgrade.md" <<'PY'
+import json, sys
+print("| via | phase | sent | answered | false 404s | 503s | other errors | true 404s | p50 ms | p99 ms |")
+print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+for p in sys.argv[1:]:
+    d = json.load(open(p))
+    via = "mvproxy" if d["label"] == "mvproxy" else "upstream MVP"
+    for r in d["phases"]:
+        if r["phase"] == "pause":
+            continue
+        print(f"| {via} | {r['phase']} | {r['sent']} | {r['answered']} | {r['false_404']} | {r['503']} | {r['other']} | {r['true_404']} | {r['p50_ms']} | {r['p99_ms']} |")
+PY
+cat "$out/upgrade.md" >&2
+for label in mvproxy upstream; do
+  f=$(jq '[.phases[] | select(.phase != "pause") | .false_404] | add' "$out/upgrade-$label.json")
+  if [ "$label" = mvproxy ]; then
+    check "rolling upgrade through mvproxy: no false 404" "$f false 404s (upgrade.md)" test "$f" = 0
+  else
+    record "rolling upgrade through upstream's proxy (measured, not a check)" PASS "$f false 404s (upgrade.md)"
+  fi
+done
+{
+  echo "resident memory at the end (KiB):"
+  for n in etcd apiserver-a apiserver-b; do echo "  $n $(cp_rss_kib $n)"; done
+} >>"$out/memory.txt"

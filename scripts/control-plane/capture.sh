@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# Captures the discovery fixtures in fixtures/discovery/kube-apiserver-<version>/ from real,
+# unmodified kube-apiservers (v1.35.4 and v1.36.3, see build.sh), started by lib.sh against one
+# etcd with --runtime-config=api/all=true. fixtures/discovery/README.md describes the files.
+#
+# Two control planes are started, one after the other:
+# 1. upstream's Mixed Version Proxy off: each server's own documents (every Accept variant);
+# 2. upstream's Mixed Version Proxy on in both (gate, --peer-ca-file, --peer-advertise-*): the
+#    1.36 server's peer-aggregated /apis (its peer being the 1.35 server), and the 1.35 one's.
+#
+# usage: capture.sh [OUT_DIR]   (default: fixtures/discovery of this repository)
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+out=${1:-"$here/../../fixtures/discovery"}
+out=$(cd "$out" && pwd)
+[ "$(id -u)" -eq 0 ] || { echo "capture.sh: needs root (a UTS namespace per API server)" >&2; exit 2; }
+CP_DIR=$(mktemp -d /tmp/mvproxy-capture.XXXXXX)
+export CP_DIR
+# shellcheck source=lib.sh
+. "$here/lib.sh"
+trap 'cp_cleanup; rm -rf "$CP_DIR"' EXIT
+trap 'exit 130' INT TERM
+
+V2='application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList'
+V2B1='application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList'
+
+# get IP PATH ACCEPT FILE [any]: the body exactly as served, and its status and headers (minus
+# the ones that change per request) beside it in FILE.headers. Fails on a status other than 200
+# unless "any" is given (v2beta1 is refused with 406 once AggregatedDiscoveryRemoveBetaType is on).
+get() {
+  local ip=$1 path=$2 accept=$3 file=$4 any=${5:-}
+  mkdir -p "$(dirname "$file")"
+  cp_curl "$ip" "$path" -H "Accept: $accept" -D "$file.hdr" -o "$file"
+  grep -viE '^(date|audit-id|x-kubernetes-pf-(flowschema|prioritylevel)-uid):' "$file.hdr" | tr -d '\r' |
+    sed '/^$/d' >"$file.headers"
+  rm -f "$file.hdr"
+  [ -n "$any" ] || head -1 "$file.headers" | grep -q ' 200' || { cp_log "GET $path ($accept) on $ip: $(head -1 "$file.headers")"; return 1; }
+}
+
+capture_local() {
+  local ip=$1 dir=$2 gv
+  rm -rf "$dir"
+  mkdir -p "$dir"
+  get "$ip" /apis "$V2" "$dir/aggregated_v2.json"
+  get "$ip" /apis "$V2;profile=nopeer" "$dir/aggregated_v2_nopeer.json"
+  get "$ip" /apis "$V2B1" "$dir/aggregated_v2beta1.json" any
+  get "$ip" /apis "$V2B1;profile=nopeer" "$dir/aggregated_v2beta1_nopeer.json" any
+  # What client-go 1.26-1.29 (kubectl 1.27-1.29) sends: v2beta1, else legacy.
+  get "$ip" /apis "$V2B1,application/json" "$dir/aggregated_v2beta1_or_legacy.json"
+  get "$ip" /api "$V2" "$dir/api_aggregated_v2.json"
+  get "$ip" /api "$V2;profile=nopeer" "$dir/api_aggregated_v2_nopeer.json"
+  get "$ip" /api application/json "$dir/legacy/api.json"
+  get "$ip" /api/v1 application/json "$dir/legacy/api/v1.json"
+  get "$ip" /apis application/json "$dir/legacy/apis.json"
+  # The legacy /apis lists every APIService in etcd, so also the other release's group-versions,
+  # which this server answers with 404: kept as served.
+  for gv in $(jq -r '.groups[].versions[].groupVersion' "$dir/legacy/apis.json"); do
+    get "$ip" "/apis/$gv" application/json "$dir/legacy/apis/$gv.json" any
+  done
+  get "$ip" /version application/json "$dir/version.json"
+}
+
+cp_init
+cp_pki
+
+cp_log "control plane 1: upstream's Mixed Version Proxy off"
+cp_start_etcd
+cp_start_apiserver apiserver-old 1.35.4 127.0.0.2
+cp_start_apiserver apiserver-new 1.36.3 127.0.0.3
+cp_wait_ready apiserver-old 127.0.0.2
+cp_wait_ready apiserver-new 127.0.0.3
+capture_local 127.0.0.2 "$out/kube-apiserver-1.35.4"
+capture_local 127.0.0.3 "$out/kube-apiserver-1.36.3"
+cp_cleanup
+
+cp_log "control plane 2: upstream's Mixed Version Proxy on in both"
+rm -rf "$CP_DIR/run/etcd"
+: >"$CP_DIR/pids"
+cp_start_etcd
+cp_start_apiserver apiserver-old 1.35.4 127.0.0.2 mvp
+cp_start_apiserver apiserver-new 1.36.3 127.0.0.3 mvp
+cp_wait_ready apiserver-old 127.0.0.2
+cp_wait_ready apiserver-new 127.0.0.3
+# Peer discovery is fetched when a peer's identity lease appears; wait until the 1.36 server's
+# /apis lists a group-version only the 1.35 server serves, or give up after 60 s.
+only_old=$(comm -23 \
+  <(jq -r '.items[] | .metadata.name as $g | .versions[] | "\($g)/\(.version)"' "$out/kube-apiserver-1.35.4/aggregated_v2_nopeer.json" | sort) \
+  <(jq -r '.items[] | .metadata.name as $g | .versions[] | "\($g)/\(.version)"' "$out/kube-apiserver-1.36.3/aggregated_v2_nopeer.json" | sort) | head -1)
+cp_log "waiting for the 1.36 server's /apis to list $only_old (only 1.35 serves it)"
+for _ in $(seq 1 120); do
+  if cp_curl 127.0.0.3 /apis -H "Accept: $V2" |
+    jq -e --arg gv "$only_old" '[.items[] | .metadata.name as $g | .versions[] | "\($g)/\(.version)"] | index($gv)' >/dev/null; then
+    break
+  fi
+  sleep 0.5
+done
+for pair in "127.0.0.2 kube-apiserver-1.35.4" "127.0.0.3 kube-apiserver-1.36.3"; do
+  set -- $pair
+  get "$1" /apis "$V2" "$out/$2/peer-aggregated/aggregated_v2.json"
+  get "$1" /apis "$V2;profile=nopeer" "$out/$2/peer-aggregated/aggregated_v2_nopeer.json"
+done
+# Server IDs (identity lease names): upstream's merge orders servers by them.
+old_id=$(cp_lease_of 127.0.0.3 apiserver-old)
+new_id=$(cp_lease_of 127.0.0.3 apiserver-new)
+for v in 1.35.4 1.36.3; do
+  jq -n --arg old "$old_id" --arg new "$new_id" \
+    '{"kube-apiserver-1.35.4": {"host": "apiserver-old", "id": $old, "address": "127.0.0.2:6443"},
+      "kube-apiserver-1.36.3": {"host": "apiserver-new", "id": $new, "address": "127.0.0.3:6443"}}' \
+    >"$out/kube-apiserver-$v/peer-aggregated/servers.json"
+done
+cp_log "captured into $out"
