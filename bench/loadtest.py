@@ -493,8 +493,8 @@ def render(configs, results, args, sink, warnings):
             lat = f"p50 {span(per_rep(name, 'p50'), '{:.0f}')} / p99 {span(per_rep(name, 'p99'), '{:.0f}')} µs (absolute)"
             ref_lat = ""
         else:
-            lat = f"+{span(added(name, 'p50'), '{:.0f}')} / +{span(added(name, 'p99'), '{:.0f}')} µs"
-            ref_lat = f"+{span(added(ref, 'p50'), '{:.0f}')} / +{span(added(ref, 'p99'), '{:.0f}')} µs"
+            lat = f"{span(added(name, 'p50'), '{:+.0f}')} / {span(added(name, 'p99'), '{:+.0f}')} µs"
+            ref_lat = f"{span(added(ref, 'p50'), '{:+.0f}')} / {span(added(ref, 'p99'), '{:+.0f}')} µs"
         def r(key):
             return "—" if name == "upstream" else span(ratio(name, key), "{:.2f}")
         rows.append(

@@ -3,7 +3,7 @@
 //! is served from the snapshot's cache; a merge of three release documents (1.34-dev local,
 //! 1.31-dev and oauth-apiserver peers, from `fixtures/discovery/`) rebuilds it.
 //!
-//! `cargo bench -p mvproxy --bench discovery`
+//! `cargo bench -p mvproxy-core --bench discovery`
 
 use std::collections::BTreeSet;
 use std::hint::black_box;
@@ -13,8 +13,7 @@ use criterion::{BatchSize, BenchmarkId, Criterion, criterion_group, criterion_ma
 use http::{HeaderMap, Method};
 use mvproxy::classify::classify;
 use mvproxy::discovery::types::{
-    ApiGroupDiscovery, ApiGroupDiscoveryList, ApiResourceDiscovery, ApiVersionDiscovery,
-    ObjectMeta,
+    ApiGroupDiscovery, ApiGroupDiscoveryList, ApiResourceDiscovery, ApiVersionDiscovery, ObjectMeta,
 };
 use mvproxy::discovery::{ServerState, ServerView, Snapshot};
 use mvproxy::route::{Route, decide};

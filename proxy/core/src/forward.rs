@@ -217,8 +217,13 @@ impl Upstream {
                 .https_or_http();
             let builder = match &settings.server_name {
                 Some(sni) => {
-                    let name = rustls::pki_types::ServerName::try_from(sni.clone())
-                        .map_err(|e| format!("server name {sni:?}: {e}"))?;
+                    let name =
+                        rustls::pki_types::ServerName::try_from(sni.clone()).map_err(|source| {
+                            UpstreamError::ServerName {
+                                name: sni.clone(),
+                                source,
+                            }
+                        })?;
                     builder.with_server_name_resolver(FixedServerNameResolver::new(name))
                 }
                 None => builder,
@@ -575,29 +580,37 @@ mod tests {
                     let Ok(tls) = acceptor.accept(tcp).await else {
                         return;
                     };
-                    let service = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
-                        v.lock().unwrap().push(req.version());
-                        let held = held.clone();
-                        async move {
-                            let mut resp = if is_upgrade(req.headers()) {
-                                let mut r = Response::new(empty());
-                                *r.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
-                                r.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
-                                r.headers_mut().insert(header::UPGRADE, HeaderValue::from_static("SPDY/3.1"));
-                                r
-                            } else if req.uri().path() == "/watch" {
-                                // a body that never ends, as a watch's
-                                let (sender, body) =
-                                    http_body_util::channel::Channel::<Bytes, BoxError>::new(1);
-                                held.lock().unwrap().push(sender);
-                                Response::new(body.boxed())
-                            } else {
-                                Response::new(full("ok"))
-                            };
-                            resp.headers_mut().insert("x-test", HeaderValue::from_static("1"));
-                            Ok::<_, std::convert::Infallible>(resp)
-                        }
-                    });
+                    let service =
+                        hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
+                            v.lock().unwrap().push(req.version());
+                            let held = held.clone();
+                            async move {
+                                let mut resp = if is_upgrade(req.headers()) {
+                                    let mut r = Response::new(empty());
+                                    *r.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+                                    r.headers_mut().insert(
+                                        header::CONNECTION,
+                                        HeaderValue::from_static("upgrade"),
+                                    );
+                                    r.headers_mut().insert(
+                                        header::UPGRADE,
+                                        HeaderValue::from_static("SPDY/3.1"),
+                                    );
+                                    r
+                                } else if req.uri().path() == "/watch" {
+                                    // a body that never ends, as a watch's
+                                    let (sender, body) =
+                                        http_body_util::channel::Channel::<Bytes, BoxError>::new(1);
+                                    held.lock().unwrap().push(sender);
+                                    Response::new(body.boxed())
+                                } else {
+                                    Response::new(full("ok"))
+                                };
+                                resp.headers_mut()
+                                    .insert("x-test", HeaderValue::from_static("1"));
+                                Ok::<_, std::convert::Infallible>(resp)
+                            }
+                        });
                     let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
                         .serve_connection_with_upgrades(TokioIo::new(tls), service)
                         .await;
@@ -625,14 +638,24 @@ mod tests {
             connect_timeout: Duration::from_secs(5),
             insecure_skip_verify: false,
         };
-        Upstream::new("up".into(), server.url.clone(), &settings, Duration::from_secs(10)).unwrap()
+        Upstream::new(
+            "up".into(),
+            server.url.clone(),
+            &settings,
+            Duration::from_secs(10),
+        )
+        .unwrap()
     }
 
     /// `n` watches, one after the other, all left open.
     async fn open_watches(up: &Upstream, n: usize) -> Vec<Response<UpstreamBody>> {
         let mut out = Vec::new();
         for _ in 0..n {
-            out.push(up.open("/watch", HeaderMap::new()).await.expect("watch opened"));
+            out.push(
+                up.open("/watch", HeaderMap::new())
+                    .await
+                    .expect("watch opened"),
+            );
         }
         out
     }
@@ -647,7 +670,9 @@ mod tests {
             let mut handles = Vec::new();
             for _ in 0..n {
                 let up = up.clone();
-                handles.push(tokio::spawn(async move { up.open("/watch", HeaderMap::new()).await }));
+                handles.push(tokio::spawn(async move {
+                    up.open("/watch", HeaderMap::new()).await
+                }));
             }
             let mut out = Vec::new();
             for h in handles {
@@ -665,7 +690,14 @@ mod tests {
             crate::h2pool::MAX_STREAMS
         );
         assert_eq!(up.http2_connections().await, 2);
-        assert!(server.versions.lock().unwrap().iter().all(|v| *v == http::Version::HTTP_2));
+        assert!(
+            server
+                .versions
+                .lock()
+                .unwrap()
+                .iter()
+                .all(|v| *v == http::Version::HTTP_2)
+        );
 
         // a watch that ends frees its place: the next request needs no new connection
         drop(watches);
@@ -676,12 +708,17 @@ mod tests {
         // an upgrade (exec, port-forward) goes over HTTP/1.1 on a connection of its own
         let mut req = Request::new(empty());
         *req.uri_mut() = "/api/v1/namespaces/default/pods/p/exec".parse().unwrap();
-        req.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
-        req.headers_mut().insert(header::UPGRADE, HeaderValue::from_static("SPDY/3.1"));
+        req.headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
+        req.headers_mut()
+            .insert(header::UPGRADE, HeaderValue::from_static("SPDY/3.1"));
         let resp = up.forward(req, false).await.unwrap();
         assert_eq!(resp.status(), StatusCode::SWITCHING_PROTOCOLS);
         assert_eq!(server.connections.load(Ordering::SeqCst), 3);
-        assert_eq!(server.versions.lock().unwrap().last(), Some(&http::Version::HTTP_11));
+        assert_eq!(
+            server.versions.lock().unwrap().last(),
+            Some(&http::Version::HTTP_11)
+        );
         server.task.abort();
     }
 
@@ -694,7 +731,14 @@ mod tests {
         assert_eq!(first.2, "ok");
         let watches = open_watches(&up, 3).await;
         assert!(watches.iter().all(|r| r.status() == StatusCode::OK));
-        assert!(server.versions.lock().unwrap().iter().all(|v| *v == http::Version::HTTP_11));
+        assert!(
+            server
+                .versions
+                .lock()
+                .unwrap()
+                .iter()
+                .all(|v| *v == http::Version::HTTP_11)
+        );
         assert_eq!(up.http2_connections().await, 0);
         // one connection found out the upstream has no h2, then one per watch in flight
         assert!(server.connections.load(Ordering::SeqCst) >= 4);

@@ -71,7 +71,7 @@ impl std::fmt::Debug for H2Pool {
 
 impl H2Pool {
     /// `connector` must offer `h2` by ALPN.
-    pub fn new(connector: Connector) -> Self {
+    pub(crate) fn new(connector: Connector) -> Self {
         Self {
             connector,
             conns: tokio::sync::Mutex::new(Vec::new()),

@@ -181,7 +181,10 @@ fn log_request(
     };
     // The ids are formatted only for a line that is written.
     let ids = span.ids();
-    let trace_id = ids.as_ref().map(|i| i.trace_id.as_str()).unwrap_or_default();
+    let trace_id = ids
+        .as_ref()
+        .map(|i| i.trace_id.as_str())
+        .unwrap_or_default();
     let span_id = ids.as_ref().map(|i| i.span_id.as_str()).unwrap_or_default();
     let millis = took.as_secs_f64() * 1000.0;
     match peer {

@@ -88,10 +88,7 @@ pub fn client(
                 "server.address",
                 upstream.host().unwrap_or_default().to_owned(),
             ),
-            KeyValue::new(
-                "server.port",
-                i64::from(crate::forward::port_of(upstream)),
-            ),
+            KeyValue::new("server.port", i64::from(crate::forward::port_of(upstream))),
         ];
         if let Some(p) = peer {
             attrs.push(KeyValue::new("mvproxy.peer", p.to_string()));
