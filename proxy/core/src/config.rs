@@ -194,6 +194,10 @@ pub struct ServeArgs {
     /// CA of client certificates accepted on the admin listener (user = CN, groups = O)
     #[arg(long)]
     pub admin_client_ca_file: Option<PathBuf>,
+    /// Allow plain-HTTP, unauthenticated admin endpoints on a non-loopback --admin-listen: for
+    /// a local rehearsal whose Prometheus runs in a container, never on a node network
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    pub admin_insecure_plain_http: Option<bool>,
     /// Admin paths anyone may get, comma-separated, a trailing * for a prefix; "" for none [default: /healthz,/readyz,/livez]
     #[arg(long)]
     pub admin_always_allow_paths: Option<String>,
@@ -378,6 +382,9 @@ impl ServeArgs {
                 .admin_always_allow_paths
                 .or(file.admin_always_allow_paths),
             admin_auth_token_file: self.admin_auth_token_file.or(file.admin_auth_token_file),
+            admin_insecure_plain_http: self
+                .admin_insecure_plain_http
+                .or(file.admin_insecure_plain_http),
             admin_auth_cache_ttl_seconds: self
                 .admin_auth_cache_ttl_seconds
                 .or(file.admin_auth_cache_ttl_seconds),
@@ -410,11 +417,11 @@ impl ServeArgs {
             }
         };
         if tls.is_none() {
-            if !admin_listen.ip().is_loopback() {
+            if !admin_listen.ip().is_loopback() && self.admin_insecure_plain_http != Some(true) {
                 return Err(err(
                     "admin-listen",
                     format!(
-                        "{admin_listen} is not a loopback address: plain HTTP admin endpoints are for loopback only; serve them over TLS (--admin-tls-cert-file, --admin-tls-key-file), authenticated and authorized by the local API server"
+                        "{admin_listen} is not a loopback address: plain HTTP admin endpoints are for loopback only; serve them over TLS (--admin-tls-cert-file, --admin-tls-key-file), authenticated and authorized by the local API server (or, for a local rehearsal only, --admin-insecure-plain-http)"
                     ),
                 ));
             }

@@ -399,3 +399,13 @@ fn yaml_file_is_read_and_flags_win() {
     assert_eq!(e.field, "config");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn plain_http_admin_off_loopback_only_when_asked_for() {
+    let mut a = args("http://127.0.0.1:8080", &[]);
+    a.admin_listen = Some("0.0.0.0:9191".to_owned());
+    assert_eq!(field_of(a.clone()), "admin-listen");
+    a.admin_insecure_plain_http = Some(true);
+    let c = a.load().unwrap();
+    assert_eq!(c.admin_listen.to_string(), "0.0.0.0:9191");
+}
