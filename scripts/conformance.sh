@@ -4,12 +4,17 @@
 # conformance/lib.sh) and writes its report files under $CONFORMANCE_OUT. Prints the summary
 # table and exits non-zero if any check failed or any part failed to run.
 #
+#   control-plane   two real kube-apiserver releases and etcd; mvproxy against upstream's own
+#                   Mixed Version Proxy (scripts/conformance/control-plane.sh)
+#   telemetry-pack  the observability pack live: collector, Jaeger, Prometheus, dashboards,
+#                   rules, traces, tail sampling (scripts/conformance/telemetry-pack.sh)
+#
 # usage: scripts/conformance.sh [PART ...]    (default: every part, in the order below)
 # env:   CONFORMANCE_OUT  report directory (default: target/conformance)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
-parts=(control-plane)
+parts=(control-plane telemetry-pack)
 [ $# -gt 0 ] && parts=("$@")
 
 export CONFORMANCE_OUT=${CONFORMANCE_OUT:-$root/target/conformance}

@@ -109,6 +109,37 @@ fn invalid_configuration_exits_2_with_one_line_naming_the_field() {
             ],
             "tls-reload-interval-seconds",
         ),
+        // plain HTTP admin endpoints off loopback: open to the node network, refused
+        (
+            &[
+                "serve",
+                "--local",
+                "http://127.0.0.1:1",
+                "--admin-listen",
+                "0.0.0.0:9464",
+            ],
+            "admin-listen",
+        ),
+        (
+            &[
+                "serve",
+                "--local",
+                "http://127.0.0.1:1",
+                "--admin-tls-cert-file",
+                "/etc/hostname",
+            ],
+            "admin-tls-key-file",
+        ),
+        (
+            &[
+                "serve",
+                "--local",
+                "http://127.0.0.1:1",
+                "--admin-client-ca-file",
+                "/etc/hostname",
+            ],
+            "admin-client-ca-file",
+        ),
     ];
     for (args, field) in cases {
         let mut args = args.to_vec();
@@ -167,13 +198,21 @@ async fn sigterm_stops_the_proxy_cleanly() {
 }
 
 /// An upstream that answers every request after `delay` (404 for discovery, so it serves
-/// nothing and every request is routed to it as `no_peer`).
-async fn slow_upstream(delay: std::time::Duration) -> std::net::SocketAddr {
+/// nothing and every request is routed to it as `no_peer`); the receiver hears of each
+/// resource request (`/api/v1/…`, not the refresher's `/version`) as it arrives.
+async fn slow_upstream(
+    delay: std::time::Duration,
+) -> (
+    std::net::SocketAddr,
+    tokio::sync::mpsc::UnboundedReceiver<()>,
+) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = l.local_addr().unwrap();
+    let (arrived, arrivals) = tokio::sync::mpsc::unbounded_channel();
     tokio::spawn(async move {
         while let Ok((mut s, _)) = l.accept().await {
+            let arrived = arrived.clone();
             tokio::spawn(async move {
                 let mut buf = vec![0u8; 4096];
                 while let Ok(n) = s.read(&mut buf).await {
@@ -184,6 +223,9 @@ async fn slow_upstream(delay: std::time::Duration) -> std::net::SocketAddr {
                     let resp = if head.starts_with("GET /api ") || head.starts_with("GET /apis ") {
                         "HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n".to_owned()
                     } else {
+                        if head.starts_with("GET /api/v1/") {
+                            let _ = arrived.send(());
+                        }
                         tokio::time::sleep(delay).await;
                         "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: 8\r\n\r\nfinished".to_owned()
                     };
@@ -194,17 +236,21 @@ async fn slow_upstream(delay: std::time::Duration) -> std::net::SocketAddr {
             });
         }
     });
-    addr
+    (addr, arrivals)
 }
 
 #[tokio::test]
 async fn sigterm_drains_in_flight_requests() {
-    let upstream = slow_upstream(std::time::Duration::from_millis(1500)).await;
+    let (upstream, mut arrivals) = slow_upstream(std::time::Duration::from_millis(1500)).await;
     let p = Proxy::start(&proxy_args("local", &format!("http://{upstream}"), &[])).await;
     p.ready().await;
     let url = format!("{}/api/v1/namespaces/default/configmaps", p.url());
     let in_flight = tokio::spawn(async move { get(&url, &[]).await });
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    // SIGTERM only once the request has reached the upstream: it is in flight for sure
+    arrivals
+        .recv()
+        .await
+        .expect("the request reached the upstream");
     let pid = p.pid();
     let status = p.terminate().await;
     assert!(status.success(), "mvproxy {pid}: {status:?}");

@@ -179,3 +179,35 @@ async fn prometheus_stores_exemplars_that_open_exported_traces() {
         "the exemplar opens an exported trace"
     );
 }
+
+#[tokio::test]
+async fn a_local_api_server_failure_is_a_local_proxy_error_not_a_peer_one() {
+    // Nothing listens on the local API server's port: the request fails in mvproxy.
+    let dead = format!("http://127.0.0.1:{}", free_port());
+    let proxy = Proxy::start(&proxy_args("apiserver-a", &dead, &[])).await;
+    let resp = get(
+        &format!("{}/api/v1/namespaces/default/pods", proxy.url()),
+        &[],
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        resp.status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "{}",
+        resp.text()
+    );
+    let metrics = get(&format!("{}/metrics", proxy.admin_url()), &[])
+        .await
+        .unwrap()
+        .text();
+    assert!(
+        metrics.contains(r#"mvproxy_local_proxy_errors_total{type="proxy_transport"} 1"#),
+        "{metrics}"
+    );
+    assert!(
+        !metrics.contains("mvproxy_peer_proxy_errors_total{"),
+        "a local failure was counted as a peer-proxy error:\n{metrics}"
+    );
+    proxy.terminate().await;
+}

@@ -1530,3 +1530,63 @@ async fn dashboards_and_rules_match_a_live_scrape_and_real_prometheus_answers_th
     drop(prom);
     proxy_a.terminate().await;
 }
+
+/// The image tag deploy/compose.yaml pins for `service`.
+fn compose_tag(service: &str) -> String {
+    let compose = yaml("deploy/compose.yaml");
+    let image = s(&compose["services"][service]["image"]).to_owned();
+    image
+        .rsplit_once(':')
+        .map(|(_, tag)| tag.to_owned())
+        .unwrap_or_else(|| panic!("{service}: image {image} has no tag"))
+}
+
+#[test]
+fn builder_manifest_lists_exactly_the_components_config_yaml_uses_at_the_compose_release() {
+    // A component's module ends in its type plus the kind (otlpreceiver, memorylimiterprocessor);
+    // the config names the type, with underscores (memory_limiter) and an optional /name.
+    let c = yaml("otel-collector/config.yaml");
+    let m = yaml("otel-collector/builder-config.yaml");
+    let release = compose_tag("otel-collector");
+    assert_eq!(s(&m["dist"]["version"]), release, "dist.version");
+    for (kind, suffix) in [
+        ("receivers", "receiver"),
+        ("processors", "processor"),
+        ("exporters", "exporter"),
+        ("connectors", "connector"),
+    ] {
+        let used: BTreeSet<String> = keys(&c[kind])
+            .iter()
+            .map(|k| k.split('/').next().unwrap_or_default().replace('_', ""))
+            .collect();
+        let mut listed = BTreeSet::new();
+        for entry in seq(&m[kind]) {
+            let gomod = s(&entry["gomod"]);
+            let (path, version) = gomod
+                .split_once(' ')
+                .unwrap_or_else(|| panic!("{kind}: {gomod:?} has no version"));
+            assert_eq!(
+                version,
+                format!("v{release}"),
+                "{path}: not the compose release"
+            );
+            let last = path.rsplit('/').next().unwrap_or_default();
+            let ty = last
+                .strip_suffix(suffix)
+                .unwrap_or_else(|| panic!("{path}: not a {suffix} module"));
+            listed.insert(ty.to_owned());
+        }
+        assert_eq!(listed, used, "{kind}: manifest vs config.yaml");
+    }
+    // The build script builds the versions compose.yaml runs.
+    let build = read("scripts/telemetry-backends/build.sh");
+    assert!(
+        build.contains(&format!("OTELCOL_VERSION={release}\n")),
+        "build.sh's OTELCOL_VERSION is not {release}"
+    );
+    let jaeger = compose_tag("jaeger");
+    assert!(
+        build.contains(&format!("JAEGER_VERSION={jaeger} ")),
+        "build.sh's JAEGER_VERSION is not {jaeger}"
+    );
+}

@@ -13,6 +13,60 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
 
+/// Every label value mvproxy writes that says *why* or *where*, in one place: the modules that
+/// count use these constants, and the dashboards and rules (deploy/, dashboards/) match them.
+pub mod values {
+    /// `route` of `mvproxy_requests_total` and the `mvproxy.route` span attribute.
+    pub const ROUTE_LOCAL: &str = "local";
+    pub const ROUTE_PEER: &str = "peer";
+    pub const ROUTE_DISCOVERY: &str = "discovery";
+
+    /// `reason` of `mvproxy_requests_total` (the `mvproxy.reason` span attribute).
+    pub const REASON_NON_RESOURCE: &str = "non_resource";
+    pub const REASON_ALREADY_PROXIED: &str = "already_proxied";
+    pub const REASON_NOT_SYNCED: &str = "not_synced";
+    pub const REASON_SERVED_LOCALLY: &str = "served_locally";
+    pub const REASON_NO_PEER: &str = "no_peer";
+    pub const REASON_PEER_ONLY: &str = "peer_only";
+
+    /// `type` of `mvproxy_peer_proxy_errors_total` (upstream's values): no capable peer could
+    /// be chosen or reached by name.
+    pub const ENDPOINT_RESOLUTION: &str = "endpoint_resolution";
+    /// `type` of `mvproxy_peer_proxy_errors_total` and `mvproxy_local_proxy_errors_total`:
+    /// the hop failed (connect, TLS, no answer in time).
+    pub const PROXY_TRANSPORT: &str = "proxy_transport";
+    /// Every `type` of `mvproxy_peer_proxy_errors_total`.
+    pub const PEER_PROXY_ERROR_TYPES: [&str; 2] = [ENDPOINT_RESOLUTION, PROXY_TRANSPORT];
+    /// Every `type` of `mvproxy_local_proxy_errors_total`.
+    pub const LOCAL_PROXY_ERROR_TYPES: [&str; 1] = [PROXY_TRANSPORT];
+
+    /// `type` of `mvproxy_peer_discovery_sync_errors_total`: a server's host name did not
+    /// resolve.
+    pub const HOSTPORT_RESOLUTION: &str = "hostport_resolution";
+    /// A server's discovery documents could not be fetched or read.
+    pub const FETCH_DISCOVERY: &str = "fetch_discovery";
+    /// Listing or watching the identity Leases (the lease peer source) failed.
+    pub const LEASE_LIST: &str = "lease_list";
+    /// Listing or watching the `kubernetes` EndpointSlices (that peer source) failed.
+    pub const ENDPOINTSLICE_LIST: &str = "endpointslice_list";
+    /// Every `type` of `mvproxy_peer_discovery_sync_errors_total`.
+    pub const SYNC_ERROR_TYPES: [&str; 4] = [
+        HOSTPORT_RESOLUTION,
+        FETCH_DISCOVERY,
+        LEASE_LIST,
+        ENDPOINTSLICE_LIST,
+    ];
+
+    /// `result` of the lookup and merge families.
+    pub const HIT: &str = "hit";
+    pub const MISS: &str = "miss";
+
+    /// `hit` or `miss`.
+    pub fn result(hit: bool) -> &'static str {
+        if hit { HIT } else { MISS }
+    }
+}
+
 /// Request-latency buckets, equal to the collector's span-metrics buckets (seconds).
 pub const REQUEST_BUCKETS: [f64; 9] = [0.005, 0.01, 0.015, 0.03, 0.05, 0.1, 0.3, 0.5, 1.0];
 /// Cache lookups and merges take microseconds: sub-millisecond buckets, then the request ones.
@@ -141,6 +195,9 @@ pub struct Metrics {
     pub rerouted_requests: Family<RerouteLabels, Counter>,
     pub peer_proxy_errors: Family<PeerErrorLabels, Counter>,
     pub peer_discovery_sync_errors: Family<TypeLabels, Counter>,
+    /// Failures talking to the local API server (mvproxy answers 503/504 itself): not peer
+    /// errors, so not in `peer_proxy_errors`.
+    pub local_proxy_errors: Family<TypeLabels, Counter>,
     pub discovery_nopeer_requests: Counter,
     pub requests: Family<RequestLabels, Counter>,
     /// Carries the sampled trace id of an observation as an exemplar (OpenMetrics only).
@@ -163,6 +220,7 @@ impl Metrics {
             rerouted_requests: Family::default(),
             peer_proxy_errors: Family::default(),
             peer_discovery_sync_errors: Family::default(),
+            local_proxy_errors: Family::default(),
             discovery_nopeer_requests: Counter::default(),
             requests: Family::default(),
             request_duration: Family::new_with_constructor(request_histogram),
@@ -190,6 +248,11 @@ impl Metrics {
             "peer_discovery_sync_errors",
             "Failed syncs of peer discovery, by error type",
             m.peer_discovery_sync_errors.clone(),
+        );
+        r.register(
+            "local_proxy_errors",
+            "Requests that could not be forwarded to the local API server, by error type",
+            m.local_proxy_errors.clone(),
         );
         r.register(
             "discovery_nopeer_requests",
@@ -245,12 +308,41 @@ impl Metrics {
             "GVRs each server serves, as last fetched",
             m.discovery_resources.clone(),
         );
+        // Counters whose label values are all known start at 0, so a family is on /metrics
+        // (with its TYPE line) from the first scrape and increase() sees its first error.
+        for ty in values::SYNC_ERROR_TYPES {
+            let _ = m
+                .peer_discovery_sync_errors
+                .get_or_create(&TypeLabels { r#type: ty });
+        }
+        for ty in values::LOCAL_PROXY_ERROR_TYPES {
+            let _ = m
+                .local_proxy_errors
+                .get_or_create(&TypeLabels { r#type: ty });
+        }
+        for result in [values::HIT, values::MISS] {
+            let _ = m.cache_lookups.get_or_create(&ResultLabels { result });
+            let _ = m.merges.get_or_create(&ResultLabels { result });
+        }
         r.register(
             "skew_requests",
             "Requests for a GVR that not every server serves, by client (from the User-Agent), GVR and side of the skew",
             m.skew_requests.clone(),
         );
         m
+    }
+
+    /// Drops every series labelled with `peer` (it left the peer set): its up gauge, its
+    /// fetch-latency histogram and its GVR count.
+    pub fn forget_peer(&self, peer: &str) {
+        let labels = PeerLabels {
+            peer: peer.to_owned(),
+        };
+        self.peer_up.remove(&labels);
+        self.peer_fetch_duration.remove(&labels);
+        self.discovery_resources.remove(&ServerLabels {
+            server: peer.to_owned(),
+        });
     }
 }
 
@@ -371,5 +463,51 @@ mod tests {
             "{om}"
         );
         assert!(ct.starts_with("application/openmetrics-text"));
+    }
+
+    #[test]
+    fn families_with_known_label_values_are_on_metrics_from_the_start_at_zero() {
+        let mut registry = Registry::default();
+        let _m = Metrics::register(&mut registry);
+        let (text, _) = encode(&registry, false).unwrap();
+        for line in [
+            "# TYPE mvproxy_peer_discovery_sync_errors_total counter",
+            "mvproxy_peer_discovery_sync_errors_total{type=\"hostport_resolution\"} 0",
+            "mvproxy_peer_discovery_sync_errors_total{type=\"fetch_discovery\"} 0",
+            "mvproxy_peer_discovery_sync_errors_total{type=\"lease_list\"} 0",
+            "mvproxy_peer_discovery_sync_errors_total{type=\"endpointslice_list\"} 0",
+            "mvproxy_local_proxy_errors_total{type=\"proxy_transport\"} 0",
+            "mvproxy_discovery_cache_lookups_total{result=\"hit\"} 0",
+            "mvproxy_discovery_cache_lookups_total{result=\"miss\"} 0",
+            "mvproxy_discovery_merges_total{result=\"miss\"} 0",
+        ] {
+            assert!(text.contains(line), "missing {line:?} in\n{text}");
+        }
+    }
+
+    #[test]
+    fn a_peer_that_leaves_takes_every_series_labelled_with_it() {
+        let mut registry = Registry::default();
+        let m = Metrics::register(&mut registry);
+        for peer in ["b", "c"] {
+            let labels = PeerLabels { peer: peer.into() };
+            m.peer_up.get_or_create(&labels).set(1);
+            m.peer_fetch_duration.get_or_create(&labels).observe(0.02);
+            m.discovery_resources
+                .get_or_create(&ServerLabels {
+                    server: peer.into(),
+                })
+                .set(7);
+        }
+        m.forget_peer("b");
+        let (text, _) = encode(&registry, false).unwrap();
+        assert!(!text.contains("\"b\""), "series of peer b left:\n{text}");
+        for line in [
+            "mvproxy_peer_up{peer=\"c\"} 1",
+            "mvproxy_peer_discovery_fetch_duration_seconds_count{peer=\"c\"} 1",
+            "mvproxy_discovery_resources{server=\"c\"} 7",
+        ] {
+            assert!(text.contains(line), "missing {line:?} in\n{text}");
+        }
     }
 }

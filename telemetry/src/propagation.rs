@@ -2,24 +2,27 @@
 //!
 //! The global propagator getter silently does nothing when none was installed, which is how a
 //! trace breaks at a hop without anyone noticing; so the propagator here is a value, always
-//! TraceContext + Baggage. When no exporter is configured there is no OpenTelemetry layer, the
-//! spans carry no context, and the client's `traceparent` passes through untouched.
+//! TraceContext + Baggage. When no exporter is configured request spans carry no context
+//! ([`crate::trace`]), nothing is extracted or injected, and the client's `traceparent` passes
+//! through untouched.
+
+use std::sync::LazyLock;
 
 use http::HeaderMap;
 use http::header::{HeaderName, HeaderValue};
+use opentelemetry::Context;
 use opentelemetry::propagation::{
     Extractor, Injector, TextMapCompositePropagator, TextMapPropagator,
 };
 use opentelemetry::trace::TraceContextExt;
 use opentelemetry_sdk::propagation::{BaggagePropagator, TraceContextPropagator};
-use tracing_opentelemetry::OpenTelemetrySpanExt;
 
-fn propagator() -> TextMapCompositePropagator {
+static PROPAGATOR: LazyLock<TextMapCompositePropagator> = LazyLock::new(|| {
     TextMapCompositePropagator::new(vec![
         Box::new(TraceContextPropagator::new()),
         Box::new(BaggagePropagator::new()),
     ])
-}
+});
 
 struct HeaderExtractor<'a>(&'a HeaderMap);
 
@@ -50,65 +53,51 @@ impl Injector for HeaderInjector<'_> {
     }
 }
 
-/// Makes the trace context in `headers` (if valid, per W3C) the parent of `span`; an invalid
-/// or absent `traceparent` leaves `span` the root of a new trace.
-pub fn set_parent(span: &tracing::Span, headers: &HeaderMap) {
-    let cx = propagator().extract(&HeaderExtractor(headers));
+/// The parent context in `headers`: the remote span (and baggage) if its `traceparent` is
+/// valid per W3C, else an empty context, so that the span started from it is the root of a
+/// new trace and an invalid context's `tracestate` goes nowhere.
+pub fn extract(headers: &HeaderMap) -> Context {
+    if !headers.contains_key("traceparent") {
+        return Context::new();
+    }
+    let cx = PROPAGATOR.extract(&HeaderExtractor(headers));
     if cx.span().span_context().is_valid() {
-        // Fails only when the span is disabled (no OpenTelemetry layer): nothing to parent.
-        let _ = span.set_parent(cx);
+        cx
+    } else {
+        Context::new()
     }
 }
 
-/// Writes `span`'s context into `headers` as `traceparent`/`tracestate` (and the parent's
-/// `baggage`), replacing what the client sent. Without a tracing pipeline the headers are left
-/// as they are, so the client's context passes through.
-pub fn inject(span: &tracing::Span, headers: &mut HeaderMap) {
-    let cx = span.context();
+/// Writes the context's span as `traceparent`/`tracestate` (and its `baggage`) into
+/// `headers`, replacing what the client sent. A context without a valid span leaves the
+/// headers as they are, so the client's context passes through.
+pub fn inject(cx: &Context, headers: &mut HeaderMap) {
     if !cx.span().span_context().is_valid() {
         return;
     }
     headers.remove("traceparent");
     headers.remove("tracestate");
-    propagator().inject_context(&cx, &mut HeaderInjector(headers));
-}
-
-/// The ids of a span, for log lines and exemplars.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TraceIds {
-    /// 32 lowercase hex digits.
-    pub trace_id: String,
-    /// 16 lowercase hex digits.
-    pub span_id: String,
-    /// Whether the span is sampled (exported).
-    pub sampled: bool,
-}
-
-/// The span's trace and span ids, if it has an OpenTelemetry context.
-pub fn ids(span: &tracing::Span) -> Option<TraceIds> {
-    let cx = span.context();
-    let sc = cx.span().span_context().clone();
-    sc.is_valid().then(|| TraceIds {
-        trace_id: sc.trace_id().to_string(),
-        span_id: sc.span_id().to_string(),
-        sampled: sc.is_sampled(),
-    })
+    PROPAGATOR.inject_context(cx, &mut HeaderInjector(headers));
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use opentelemetry::trace::TracerProvider as _;
-    use opentelemetry_sdk::trace::SdkTracerProvider;
-    use tracing_subscriber::layer::SubscriberExt;
+    use opentelemetry::trace::{Tracer as _, TracerProvider as _};
+    use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider};
 
     const PARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
 
-    fn with_tracing<T>(f: impl FnOnce() -> T) -> T {
-        let provider = SdkTracerProvider::builder().build();
-        let subscriber = tracing_subscriber::registry()
-            .with(tracing_opentelemetry::layer().with_tracer(provider.tracer("test")));
-        tracing::subscriber::with_default(subscriber, f)
+    fn tracer() -> SdkTracer {
+        SdkTracerProvider::builder().build().tracer("test")
+    }
+
+    fn child(t: &SdkTracer, parent: &Context) -> Context {
+        parent.with_span(t.start_with_context("span", parent))
+    }
+
+    fn span_id(cx: &Context) -> String {
+        cx.span().span_context().span_id().to_string()
     }
 
     fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
@@ -124,61 +113,56 @@ mod tests {
 
     #[test]
     fn a_child_of_the_incoming_traceparent_is_injected() {
-        with_tracing(|| {
-            let span = tracing::info_span!("server");
-            set_parent(
-                &span,
-                &headers(&[("traceparent", PARENT), ("baggage", "k=v")]),
-            );
-            let child = tracing::info_span!(parent: &span, "client");
-            let mut out = headers(&[("traceparent", PARENT)]);
-            inject(&child, &mut out);
-            let tp = out["traceparent"].to_str().unwrap();
-            let ids = ids(&child).unwrap();
-            assert_eq!(
-                tp,
-                format!("00-4bf92f3577b34da6a3ce929d0e0e4736-{}-01", ids.span_id)
-            );
-            assert_ne!(ids.span_id, "00f067aa0ba902b7");
-            assert_eq!(out["baggage"], "k=v");
-        });
+        let t = tracer();
+        let server = child(
+            &t,
+            &extract(&headers(&[("traceparent", PARENT), ("baggage", "k=v")])),
+        );
+        let client = child(&t, &server);
+        let mut out = headers(&[("traceparent", PARENT)]);
+        inject(&client, &mut out);
+        let tp = out["traceparent"].to_str().unwrap();
+        assert_eq!(
+            tp,
+            format!(
+                "00-4bf92f3577b34da6a3ce929d0e0e4736-{}-01",
+                span_id(&client)
+            )
+        );
+        assert_ne!(span_id(&client), "00f067aa0ba902b7");
+        assert_eq!(out["baggage"], "k=v");
     }
 
     #[test]
     fn unsampled_stays_unsampled_and_invalid_starts_a_new_trace() {
-        with_tracing(|| {
-            let span = tracing::info_span!("server");
-            let unsampled = PARENT.replace("-01", "-00");
-            set_parent(&span, &headers(&[("traceparent", &unsampled)]));
-            let mut out = HeaderMap::new();
-            inject(&span, &mut out);
-            assert!(out["traceparent"].to_str().unwrap().ends_with("-00"));
-            assert!(!ids(&span).unwrap().sampled);
+        let t = tracer();
+        let unsampled = PARENT.replace("-01", "-00");
+        let span = child(&t, &extract(&headers(&[("traceparent", &unsampled)])));
+        let mut out = HeaderMap::new();
+        inject(&span, &mut out);
+        assert!(out["traceparent"].to_str().unwrap().ends_with("-00"));
+        assert!(!span.span().span_context().is_sampled());
 
-            let fresh = tracing::info_span!("server");
-            set_parent(
-                &fresh,
-                &headers(&[("traceparent", "00-zzzz-invalid-01"), ("tracestate", "a=1")]),
-            );
-            let ids = ids(&fresh).unwrap();
-            assert_ne!(ids.trace_id, "4bf92f3577b34da6a3ce929d0e0e4736");
-            let mut out = headers(&[("traceparent", "00-zzzz-invalid-01"), ("tracestate", "a=1")]);
-            inject(&fresh, &mut out);
-            assert!(out["traceparent"].to_str().unwrap().contains(&ids.trace_id));
-            assert!(
-                !out.contains_key("tracestate"),
-                "the invalid context's tracestate is dropped"
-            );
-        });
+        let invalid = headers(&[("traceparent", "00-zzzz-invalid-01"), ("tracestate", "a=1")]);
+        let fresh = child(&t, &extract(&invalid));
+        let trace_id = fresh.span().span_context().trace_id().to_string();
+        assert_ne!(trace_id, "4bf92f3577b34da6a3ce929d0e0e4736");
+        let mut out = invalid.clone();
+        inject(&fresh, &mut out);
+        assert!(out["traceparent"].to_str().unwrap().contains(&trace_id));
+        assert!(
+            !out.contains_key("tracestate"),
+            "the invalid context's tracestate is dropped"
+        );
     }
 
     #[test]
-    fn without_a_pipeline_headers_pass_through() {
-        let span = tracing::info_span!("server");
-        set_parent(&span, &headers(&[("traceparent", PARENT)]));
+    fn without_a_span_headers_pass_through() {
+        let cx = extract(&headers(&[("traceparent", PARENT)]));
+        // the remote parent itself is never injected: only a span started from it is
         let mut out = headers(&[("traceparent", PARENT)]);
-        inject(&span, &mut out);
+        inject(&Context::new(), &mut out);
         assert_eq!(out["traceparent"], PARENT);
-        assert_eq!(ids(&span), None);
+        assert!(cx.span().span_context().is_remote());
     }
 }

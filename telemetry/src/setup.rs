@@ -1,9 +1,11 @@
 //! Setting up logs and traces from the standard `OTEL_*` variables.
 //!
-//! No endpoint means no exporter: spans are then never handed to OpenTelemetry and the request
-//! path pays only for passing the client's trace headers along. With an endpoint, spans go out
-//! through the SDK's batch processor, which exports on its own thread: a slow or dead collector
-//! fills (and then drops from) a bounded queue, it never blocks a request. The OTLP/HTTP client
+//! No endpoint means no exporter: no tracer is installed, request spans are empty and the request
+//! path pays nothing for them (the client's trace headers pass along untouched). With an
+//! endpoint, the request spans ([`crate::trace`]) go out through the SDK's batch processor,
+//! which exports on its own thread: a slow or dead collector fills (and then drops from) a
+//! bounded queue, it never blocks a request. Log lines go through `tracing`, which carries no
+//! spans. The OTLP/HTTP client
 //! is the blocking one on purpose: the async clients need a Tokio reactor the batch thread does
 //! not have, and would panic there and silently export nothing (observability-notes §1.3).
 
@@ -12,14 +14,10 @@ use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::{Protocol, SpanExporter, WithExportConfig};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::trace::{Sampler, SdkTracerProvider};
-use tracing_subscriber::filter::{EnvFilter, LevelFilter, Targets};
+use tracing_subscriber::filter::EnvFilter;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{Layer, Registry};
-
-/// Target of spans and span events (cache lookups, merges): exported as traces, never written
-/// as log lines.
-pub const SPAN_EVENTS: &str = "mvproxy::span_event";
 
 /// A setting that cannot be used: the variable and why.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -42,7 +40,12 @@ pub struct Export {
     /// The full traces URL (HTTP) or the collector address (gRPC).
     pub endpoint: String,
     pub grpc: bool,
+    /// The variable `endpoint` came from, named by an exporter error.
+    pub endpoint_var: &'static str,
 }
+
+const TRACES_ENDPOINT: &str = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT";
+const ENDPOINT: &str = "OTEL_EXPORTER_OTLP_ENDPOINT";
 
 /// Everything `init` needs, read from the environment.
 #[derive(Debug, Clone)]
@@ -78,23 +81,25 @@ impl Settings {
                 ));
             }
         };
-        let export = match (
-            get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"),
-            get("OTEL_EXPORTER_OTLP_ENDPOINT"),
-        ) {
-            (Some(traces), _) => Some(checked("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", traces)?),
+        let export = match (get(TRACES_ENDPOINT), get(ENDPOINT)) {
+            (Some(traces), _) => Some((checked(TRACES_ENDPOINT, traces)?, TRACES_ENDPOINT)),
             (None, Some(base)) => {
-                let base = checked("OTEL_EXPORTER_OTLP_ENDPOINT", base)?;
+                let base = checked(ENDPOINT, base)?;
                 // The generic endpoint is a base URL: HTTP appends the signal path.
-                Some(if grpc {
+                let endpoint = if grpc {
                     base
                 } else {
                     format!("{}/v1/traces", base.trim_end_matches('/'))
-                })
+                };
+                Some((endpoint, ENDPOINT))
             }
             (None, None) => None,
         }
-        .map(|endpoint| Export { endpoint, grpc });
+        .map(|(endpoint, endpoint_var)| Export {
+            endpoint,
+            grpc,
+            endpoint_var,
+        });
         let service_name = get("OTEL_SERVICE_NAME")
             .or_else(|| {
                 get("OTEL_RESOURCE_ATTRIBUTES").and_then(|attrs| {
@@ -184,47 +189,34 @@ impl Drop for TelemetryGuard {
     }
 }
 
-/// Installs the process-wide `tracing` subscriber (log lines to stderr, and spans to the OTLP
-/// exporter when one is configured). Must run inside a Tokio runtime when exporting over gRPC.
+/// Installs the process-wide `tracing` subscriber (log lines to stderr) and, when an exporter
+/// is configured, the tracer of the request spans. Must run inside a Tokio runtime when exporting over gRPC.
 pub fn init(settings: &Settings) -> Result<TelemetryGuard, TelemetryError> {
     let log_filter = EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| EnvFilter::new(&settings.default_log_filter))
-        .add_directive(
-            format!("{SPAN_EVENTS}=off")
-                .parse()
-                .map_err(|e| err("RUST_LOG", format!("{e}")))?,
-        );
+        .unwrap_or_else(|_| EnvFilter::new(&settings.default_log_filter));
     let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
     let logs: Box<dyn Layer<Registry> + Send + Sync> = if settings.json_logs {
         fmt.json().with_filter(log_filter).boxed()
     } else {
         fmt.with_filter(log_filter).boxed()
     };
-    let (provider, traces) = match &settings.export {
-        None => (None, None),
-        Some(export) => {
-            let provider = provider(export, settings)?;
-            let layer = tracing_opentelemetry::layer()
-                .with_tracer(provider.tracer("mvproxy"))
-                .with_filter(
-                    Targets::new()
-                        .with_target("mvproxy", LevelFilter::INFO)
-                        .with_target(SPAN_EVENTS, LevelFilter::INFO),
-                )
-                .boxed();
-            (Some(provider), Some(layer))
-        }
-    };
     tracing_subscriber::registry()
         .with(logs)
-        .with(traces)
         .try_init()
         .map_err(|e| err("RUST_LOG", format!("logging already set up: {e}")))?;
+    let provider = match &settings.export {
+        None => None,
+        Some(export) => {
+            let provider = provider(export, settings)?;
+            crate::trace::install(provider.tracer("mvproxy"));
+            Some(provider)
+        }
+    };
     Ok(TelemetryGuard { provider })
 }
 
 fn provider(export: &Export, settings: &Settings) -> Result<SdkTracerProvider, TelemetryError> {
-    let var = "OTEL_EXPORTER_OTLP_ENDPOINT";
+    let var = export.endpoint_var;
     let exporter = if export.grpc {
         SpanExporter::builder()
             .with_tonic()
@@ -278,7 +270,8 @@ mod tests {
             s.export,
             Some(Export {
                 endpoint: "http://127.0.0.1:4318/v1/traces".into(),
-                grpc: false
+                grpc: false,
+                endpoint_var: ENDPOINT,
             })
         );
         let s = settings(&[
@@ -295,9 +288,10 @@ mod tests {
             ),
         ])
         .unwrap();
+        let export = s.export.unwrap();
+        assert_eq!(export.endpoint_var, TRACES_ENDPOINT, "errors name it");
         assert_eq!(
-            s.export.unwrap().endpoint,
-            "http://traces:4318/custom",
+            export.endpoint, "http://traces:4318/custom",
             "the signal variable is used as is"
         );
     }

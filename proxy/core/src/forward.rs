@@ -12,6 +12,7 @@
 use std::error::Error as StdError;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -28,6 +29,8 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 
 use crate::discovery::ServerName;
 use crate::error::{ProxyError, TransportFailure};
+use crate::h2pool::{H2Pool, UpstreamBody};
+use crate::limits::{BodyTooLarge, ClientBodyFailed};
 use crate::route::PEER_PROXIED;
 
 /// Boxed error of a streamed body.
@@ -57,7 +60,9 @@ pub fn empty() -> Body {
     Empty::new().map_err(|never| match never {}).boxed()
 }
 
-type HttpsClient = Client<HttpsConnector<HttpConnector<Resolver>>, Body>;
+/// The connector of every upstream client.
+pub(crate) type Connector = HttpsConnector<HttpConnector<Resolver>>;
+type HttpsClient = Client<Connector, Body>;
 
 /// Why an [`Upstream`] could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -83,7 +88,7 @@ pub struct ResolveError {
 /// The system resolver (`getaddrinfo`, as hyper-util's default), its failures typed as
 /// [`ResolveError`].
 #[derive(Clone)]
-struct Resolver(GaiResolver);
+pub(crate) struct Resolver(GaiResolver);
 
 type ResolveFuture = Pin<Box<dyn Future<Output = Result<GaiAddrs, ResolveError>> + Send>>;
 
@@ -104,6 +109,27 @@ impl tower_service::Service<Name> for Resolver {
         let lookup = self.0.call(name);
         Box::pin(async move { lookup.await.map_err(|source| ResolveError { host, source }) })
     }
+}
+
+/// A failed request that was the client's fault, by the types in its source chain: its body
+/// went over the limit (`413`) or could not be read (`400`). hyper reports a request body
+/// that failed as a failed request; without this the upstream would be blamed.
+fn client_fault(e: &(dyn StdError + 'static)) -> Option<ProxyError> {
+    let mut cur = Some(e);
+    while let Some(err) = cur {
+        if let Some(too_large) = err.downcast_ref::<BodyTooLarge>() {
+            return Some(ProxyError::BodyTooLarge {
+                limit: too_large.limit,
+            });
+        }
+        if let Some(failed) = err.downcast_ref::<ClientBodyFailed>() {
+            return Some(ProxyError::ClientBody {
+                cause: failed.cause.clone(),
+            });
+        }
+        cur = err.source();
+    }
+    None
 }
 
 /// What kind of transport failure `e` is, by the types in its source chain.
@@ -131,13 +157,15 @@ pub struct ClientSettings {
     pub insecure_skip_verify: bool,
 }
 
-/// One upstream: its name, its base URL and a pooled client.
+/// One upstream: its name, its base URL and pooled clients: HTTP/2 when an `https` upstream
+/// offers it ([`crate::h2pool`]), HTTP/1.1 otherwise and for upgrades.
 #[derive(Clone)]
 pub struct Upstream {
     pub name: ServerName,
     /// `scheme://authority` of the upstream.
     pub base: Uri,
     client: HttpsClient,
+    h2: Option<Arc<H2Pool>>,
     response_header_timeout: Duration,
     insecure_skip_verify: bool,
 }
@@ -189,7 +217,7 @@ impl Upstream {
                 .with_no_client_auth()
         });
         let builder = HttpsConnectorBuilder::new()
-            .with_tls_config(tls)
+            .with_tls_config(tls.clone())
             .https_or_http();
         let builder = match &settings.server_name {
             Some(sni) => {
@@ -204,7 +232,31 @@ impl Upstream {
             }
             None => builder,
         };
-        let connector = builder.enable_http1().wrap_connector(http);
+        let connector = builder.enable_http1().wrap_connector(http.clone());
+        let h2 = if base.scheme_str() == Some("https") {
+            let builder = HttpsConnectorBuilder::new()
+                .with_tls_config(tls)
+                .https_or_http();
+            let builder = match &settings.server_name {
+                Some(sni) => {
+                    let name =
+                        rustls::pki_types::ServerName::try_from(sni.clone()).map_err(|source| {
+                            UpstreamError::ServerName {
+                                name: sni.clone(),
+                                source,
+                            }
+                        })?;
+                    builder.with_server_name_resolver(FixedServerNameResolver::new(name))
+                }
+                None => builder,
+            };
+            // ALPN offers h2 then http/1.1; the server chooses.
+            Some(Arc::new(H2Pool::new(
+                builder.enable_all_versions().wrap_connector(http),
+            )))
+        } else {
+            None
+        };
         let insecure_skip_verify =
             settings.insecure_skip_verify && base.scheme_str() == Some("https");
         let client = Client::builder(TokioExecutor::new())
@@ -214,6 +266,7 @@ impl Upstream {
             name,
             base,
             client,
+            h2,
             response_header_timeout,
             insecure_skip_verify,
         })
@@ -267,12 +320,22 @@ impl Upstream {
         Ok((parts.status, parts.headers, body))
     }
 
+    /// Sends mvproxy's own request `req` (its path and query, against this upstream).
+    pub async fn request(
+        &self,
+        mut req: Request<Body>,
+    ) -> Result<Response<UpstreamBody>, ProxyError> {
+        let path_and_query = req.uri().path_and_query().map(|pq| pq.as_str().to_owned());
+        *req.uri_mut() = self.uri_for(path_and_query.as_deref())?;
+        self.send(req).await
+    }
+
     /// GETs `path` with `headers`; the body is left streaming (a watch).
     pub async fn open(
         &self,
         path: &str,
         headers: HeaderMap,
-    ) -> Result<Response<hyper::body::Incoming>, ProxyError> {
+    ) -> Result<Response<UpstreamBody>, ProxyError> {
         let mut req = Request::new(empty());
         *req.uri_mut() = self.uri_for(Some(path))?;
         *req.headers_mut() = headers;
@@ -283,7 +346,7 @@ impl Upstream {
     pub async fn collect(
         &self,
         path: &str,
-        body: hyper::body::Incoming,
+        body: UpstreamBody,
         limit: usize,
     ) -> Result<Bytes, ProxyError> {
         Ok(Limited::new(body, limit)
@@ -302,7 +365,7 @@ impl Upstream {
         &self,
         path: &str,
         accept: &str,
-    ) -> Result<Response<hyper::body::Incoming>, ProxyError> {
+    ) -> Result<Response<UpstreamBody>, ProxyError> {
         let mut headers = HeaderMap::new();
         headers.insert(
             header::ACCEPT,
@@ -312,26 +375,46 @@ impl Upstream {
         self.open(path, headers).await
     }
 
-    async fn send(
-        &self,
-        req: Request<Body>,
-    ) -> Result<Response<hyper::body::Incoming>, ProxyError> {
-        match tokio::time::timeout(self.response_header_timeout, self.client.request(req)).await {
+    async fn send(&self, req: Request<Body>) -> Result<Response<UpstreamBody>, ProxyError> {
+        match tokio::time::timeout(self.response_header_timeout, self.send_on_pool(req)).await {
             Ok(Ok(resp)) => Ok(resp),
             Ok(Err(e)) => {
+                if let Some(client) = client_fault(e.as_ref()) {
+                    return Err(client);
+                }
                 if self.insecure_skip_verify {
                     tracing::warn!(upstream = %self.name, url = %self.base, "connection failed while TLS verification is off (--insecure-skip-tls-verify): this upstream's certificate is not checked");
                 }
                 Err(ProxyError::Transport {
                     upstream: self.name.clone(),
-                    failure: transport_failure(&e),
-                    cause: causes(&e),
+                    failure: transport_failure(e.as_ref()),
+                    cause: causes(e.as_ref()),
                 })
             }
             Err(_) => Err(ProxyError::Timeout {
                 upstream: self.name.clone(),
                 seconds: self.response_header_timeout.as_secs().max(1),
             }),
+        }
+    }
+
+    /// HTTP/2 when the upstream speaks it and the request is no upgrade, else HTTP/1.1.
+    async fn send_on_pool(&self, req: Request<Body>) -> Result<Response<UpstreamBody>, BoxError> {
+        if let Some(h2) = &self.h2
+            && !h2.is_http1()
+            && !is_upgrade(req.headers())
+            && let Some(stream) = h2.checkout(&self.base).await?
+        {
+            return Ok(stream.send(req).await?);
+        }
+        Ok(self.client.request(req).await?.map(UpstreamBody::from))
+    }
+
+    /// Open HTTP/2 connections to this upstream (0 for HTTP/1.1 upstreams).
+    pub async fn http2_connections(&self) -> usize {
+        match &self.h2 {
+            Some(h2) => h2.connections().await,
+            None => 0,
         }
     }
 
@@ -492,5 +575,208 @@ mod tests {
             !is_upgrade(&plain),
             "Upgrade without Connection: upgrade is not an upgrade"
         );
+    }
+
+    /// A TLS server on loopback offering `alpn`, counting its connections and recording each
+    /// request's HTTP version: `/watch` answers headers and then holds the body open, an
+    /// upgrade request gets `101`.
+    struct TlsServer {
+        url: Uri,
+        ca: rustls::pki_types::CertificateDer<'static>,
+        connections: Arc<std::sync::atomic::AtomicUsize>,
+        versions: Arc<std::sync::Mutex<Vec<http::Version>>>,
+        task: tokio::task::JoinHandle<()>,
+    }
+
+    async fn tls_server(alpn: &[&[u8]]) -> TlsServer {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        crate::tls::install_provider();
+        let cert = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
+        let ca = cert.cert.der().clone();
+        let key = rustls::pki_types::PrivateKeyDer::Pkcs8(cert.signing_key.serialize_der().into());
+        let mut config = rustls::ServerConfig::builder()
+            .with_no_client_auth()
+            .with_single_cert(vec![ca.clone()], key)
+            .unwrap();
+        config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let connections = Arc::new(AtomicUsize::new(0));
+        let versions = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (c, v) = (connections.clone(), versions.clone());
+        // the senders of the watch bodies: kept, so those bodies never end
+        let held = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let task = tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                c.fetch_add(1, Ordering::SeqCst);
+                let (acceptor, v, held) = (acceptor.clone(), v.clone(), held.clone());
+                tokio::spawn(async move {
+                    let Ok(tls) = acceptor.accept(tcp).await else {
+                        return;
+                    };
+                    let service =
+                        hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
+                            v.lock().unwrap().push(req.version());
+                            let held = held.clone();
+                            async move {
+                                let mut resp = if is_upgrade(req.headers()) {
+                                    let mut r = Response::new(empty());
+                                    *r.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+                                    r.headers_mut().insert(
+                                        header::CONNECTION,
+                                        HeaderValue::from_static("upgrade"),
+                                    );
+                                    r.headers_mut().insert(
+                                        header::UPGRADE,
+                                        HeaderValue::from_static("SPDY/3.1"),
+                                    );
+                                    r
+                                } else if req.uri().path() == "/watch" {
+                                    // a body that never ends, as a watch's
+                                    let (sender, body) =
+                                        http_body_util::channel::Channel::<Bytes, BoxError>::new(1);
+                                    held.lock().unwrap().push(sender);
+                                    Response::new(body.boxed())
+                                } else {
+                                    Response::new(full("ok"))
+                                };
+                                resp.headers_mut()
+                                    .insert("x-test", HeaderValue::from_static("1"));
+                                Ok::<_, std::convert::Infallible>(resp)
+                            }
+                        });
+                    let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                        .serve_connection_with_upgrades(TokioIo::new(tls), service)
+                        .await;
+                });
+            }
+        });
+        TlsServer {
+            url: format!("https://localhost:{port}").parse().unwrap(),
+            ca,
+            connections,
+            versions,
+            task,
+        }
+    }
+
+    fn upstream_for(server: &TlsServer) -> Upstream {
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(server.ca.clone()).unwrap();
+        let tls = rustls::ClientConfig::builder()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let settings = ClientSettings {
+            tls: Some(tls),
+            server_name: None,
+            connect_timeout: Duration::from_secs(5),
+            insecure_skip_verify: false,
+        };
+        Upstream::new(
+            "up".into(),
+            server.url.clone(),
+            &settings,
+            Duration::from_secs(10),
+        )
+        .unwrap()
+    }
+
+    /// `n` watches, one after the other, all left open.
+    async fn open_watches(up: &Upstream, n: usize) -> Vec<Response<UpstreamBody>> {
+        let mut out = Vec::new();
+        for _ in 0..n {
+            out.push(
+                up.open("/watch", HeaderMap::new())
+                    .await
+                    .expect("watch opened"),
+            );
+        }
+        out
+    }
+
+    #[tokio::test]
+    async fn watches_share_http2_connections_and_upgrades_stay_on_http1() {
+        use std::sync::atomic::Ordering;
+        let server = tls_server(&[b"h2", b"http/1.1"]).await;
+        let up = upstream_for(&server);
+        let n = crate::h2pool::MAX_STREAMS + 50;
+        let watches = tokio::time::timeout(Duration::from_secs(30), async {
+            let mut handles = Vec::new();
+            for _ in 0..n {
+                let up = up.clone();
+                handles.push(tokio::spawn(async move {
+                    up.open("/watch", HeaderMap::new()).await
+                }));
+            }
+            let mut out = Vec::new();
+            for h in handles {
+                out.push(h.await.unwrap().expect("watch opened"));
+            }
+            out
+        })
+        .await
+        .expect("every watch got its headers: none waits behind a full connection");
+        assert!(watches.iter().all(|r| r.status() == StatusCode::OK));
+        assert_eq!(
+            server.connections.load(Ordering::SeqCst),
+            2,
+            "{n} watches on {} streams per connection",
+            crate::h2pool::MAX_STREAMS
+        );
+        assert_eq!(up.http2_connections().await, 2);
+        assert!(
+            server
+                .versions
+                .lock()
+                .unwrap()
+                .iter()
+                .all(|v| *v == http::Version::HTTP_2)
+        );
+
+        // a watch that ends frees its place: the next request needs no new connection
+        drop(watches);
+        let r = up.get("/", "application/json", 1024).await.unwrap();
+        assert_eq!(r.2, "ok");
+        assert_eq!(server.connections.load(Ordering::SeqCst), 2);
+
+        // an upgrade (exec, port-forward) goes over HTTP/1.1 on a connection of its own
+        let mut req = Request::new(empty());
+        *req.uri_mut() = "/api/v1/namespaces/default/pods/p/exec".parse().unwrap();
+        req.headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
+        req.headers_mut()
+            .insert(header::UPGRADE, HeaderValue::from_static("SPDY/3.1"));
+        let resp = up.forward(req, false).await.unwrap();
+        assert_eq!(resp.status(), StatusCode::SWITCHING_PROTOCOLS);
+        assert_eq!(server.connections.load(Ordering::SeqCst), 3);
+        assert_eq!(
+            server.versions.lock().unwrap().last(),
+            Some(&http::Version::HTTP_11)
+        );
+        server.task.abort();
+    }
+
+    #[tokio::test]
+    async fn an_upstream_without_http2_gets_http1() {
+        use std::sync::atomic::Ordering;
+        let server = tls_server(&[b"http/1.1"]).await;
+        let up = upstream_for(&server);
+        let first = up.get("/", "application/json", 1024).await.unwrap();
+        assert_eq!(first.2, "ok");
+        let watches = open_watches(&up, 3).await;
+        assert!(watches.iter().all(|r| r.status() == StatusCode::OK));
+        assert!(
+            server
+                .versions
+                .lock()
+                .unwrap()
+                .iter()
+                .all(|v| *v == http::Version::HTTP_11)
+        );
+        assert_eq!(up.http2_connections().await, 0);
+        // one connection found out the upstream has no h2, then one per watch in flight
+        assert!(server.connections.load(Ordering::SeqCst) >= 4);
+        server.task.abort();
     }
 }

@@ -86,11 +86,6 @@ impl Authenticator {
         }
     }
 
-    /// Whether any client certificate is asked for at all.
-    pub fn wants_client_certs(&self) -> bool {
-        self.users.is_some() || self.proxies.is_some()
-    }
-
     /// The identity a verified chain proves (the TLS layer has verified it against the union
     /// of both CAs; which CA signed it decides what it may do).
     pub fn identify(&self, chain: Option<&[CertificateDer<'_>]>) -> ClientIdentity {
@@ -158,7 +153,7 @@ impl Authenticator {
 }
 
 /// The certificate's subject CN and O values.
-fn subject(cert: &CertificateDer<'_>) -> Option<(String, Vec<String>)> {
+pub fn subject(cert: &CertificateDer<'_>) -> Option<(String, Vec<String>)> {
     let (_, parsed) = x509_parser::parse_x509_certificate(cert.as_ref()).ok()?;
     let subject = parsed.subject();
     let cn = subject

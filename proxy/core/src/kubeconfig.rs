@@ -8,8 +8,9 @@ use base64::Engine as _;
 use http::Uri;
 use serde::Deserialize;
 
-/// What the peer source needs to reach and authenticate to an API server.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// What the peer source needs to reach and authenticate to an API server. Its `Debug` shows
+/// whether a token or client key is there, never the secret itself.
+#[derive(Clone, PartialEq, Eq)]
 pub struct KubeConfig {
     /// The file read, for error messages.
     pub path: PathBuf,
@@ -20,6 +21,31 @@ pub struct KubeConfig {
     pub token_file: Option<PathBuf>,
     /// PEM certificate and key of the user.
     pub client_cert: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+/// Stands in for a secret in `Debug` output.
+const REDACTED: &str = "[redacted]";
+
+impl std::fmt::Debug for KubeConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KubeConfig")
+            .field("path", &self.path)
+            .field("server", &self.server)
+            .field(
+                "ca_pem",
+                &self.ca_pem.as_ref().map(|p| format!("{} bytes", p.len())),
+            )
+            .field("token", &self.token.as_ref().map(|_| REDACTED))
+            .field("token_file", &self.token_file)
+            .field(
+                "client_cert",
+                &self
+                    .client_cert
+                    .as_ref()
+                    .map(|(cert, _key)| (format!("{} bytes", cert.len()), REDACTED)),
+            )
+            .finish()
+    }
 }
 
 #[derive(Deserialize)]
@@ -146,6 +172,16 @@ pub fn load(path: &Path) -> Result<KubeConfig, KubeconfigError> {
 }
 
 fn parse(path: &Path, text: &str) -> Result<KubeConfig, KubeconfigError> {
+    parse_with(path, text, &|f: &Path| std::fs::read(f))
+}
+
+/// Reads the current context of `text`, the contents of the kubeconfig at `path`, with
+/// `read_file` reading the files it names (the parser alone, for tests and fuzzing).
+pub fn parse_with(
+    path: &Path,
+    text: &str,
+    read_file: &dyn Fn(&Path) -> std::io::Result<Vec<u8>>,
+) -> Result<KubeConfig, KubeconfigError> {
     let file: File = serde_yaml_ng::from_str(text).map_err(|source| KubeconfigError::Parse {
         path: path.to_owned(),
         source,
@@ -179,7 +215,7 @@ fn parse(path: &Path, text: &str) -> Result<KubeConfig, KubeconfigError> {
                 }),
             (None, Some(f)) => {
                 let f = dir.join(f);
-                std::fs::read(&f)
+                read_file(&f)
                     .map(Some)
                     .map_err(|source| KubeconfigError::Referenced {
                         path: path.to_owned(),
@@ -237,6 +273,31 @@ fn parse(path: &Path, text: &str) -> Result<KubeConfig, KubeconfigError> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn debug_never_prints_the_token_or_the_client_key() {
+        let kc = super::KubeConfig {
+            path: "/etc/kubeconfig".into(),
+            server: http::Uri::from_static("https://10.0.0.1:6443"),
+            ca_pem: Some(b"-----BEGIN CERTIFICATE-----".to_vec()),
+            token: Some("s3cr3t-token-value".to_owned()),
+            token_file: None,
+            client_cert: Some((
+                b"-----BEGIN CERTIFICATE-----".to_vec(),
+                b"-----BEGIN PRIVATE KEY-----\nMIIEv-key-material".to_vec(),
+            )),
+        };
+        let shown = format!("{kc:?}");
+        assert!(!shown.contains("s3cr3t-token-value"), "{shown}");
+        assert!(
+            !shown.contains("PRIVATE KEY") && !shown.contains("MIIEv"),
+            "{shown}"
+        );
+        assert!(
+            shown.contains("[redacted]") && shown.contains("10.0.0.1:6443"),
+            "{shown}"
+        );
+    }
+
     use super::*;
 
     #[test]

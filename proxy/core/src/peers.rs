@@ -23,7 +23,7 @@ use bytes::{Buf, BytesMut};
 use http::header::{self, HeaderMap, HeaderValue};
 use http::{StatusCode, Uri};
 use http_body_util::BodyExt;
-use mvproxy_telemetry::metrics::{Metrics, TypeLabels};
+use mvproxy_telemetry::metrics::{Metrics, TypeLabels, values};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
@@ -57,6 +57,14 @@ impl Kind {
             Self::EndpointSlices => {
                 "/apis/discovery.k8s.io/v1/namespaces/default/endpointslices?labelSelector=kubernetes.io%2Fservice-name%3Dkubernetes"
             }
+        }
+    }
+
+    /// The `type` of `mvproxy_peer_discovery_sync_errors_total` when reading these fails.
+    fn sync_error_type(self) -> &'static str {
+        match self {
+            Self::Leases => values::LEASE_LIST,
+            Self::EndpointSlices => values::ENDPOINTSLICE_LIST,
         }
     }
 }
@@ -107,7 +115,7 @@ impl KubeSource {
                 self.metrics
                     .peer_discovery_sync_errors
                     .get_or_create(&TypeLabels {
-                        r#type: "lease_list",
+                        r#type: self.kind.sync_error_type(),
                     })
                     .inc();
                 let delay = Duration::from_millis(500) * 2u32.saturating_pow(failures.min(6));
@@ -302,8 +310,12 @@ fn expired(spec: &Value, now: SystemTime) -> bool {
     ) else {
         return false;
     };
+    // checked: a Lease's duration is the cluster's data, and `SystemTime + Duration` panics
+    // on overflow (a duration past the end of time never expires)
     match humantime::parse_rfc3339_weak(renew) {
-        Ok(renewed) => renewed + Duration::from_secs(duration) < now,
+        Ok(renewed) => renewed
+            .checked_add(Duration::from_secs(duration))
+            .is_some_and(|end| end < now),
         Err(_) => false,
     }
 }
@@ -361,6 +373,12 @@ pub fn peers_from_slices<'a>(
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn each_peer_source_counts_its_failures_under_its_own_type() {
+        assert_eq!(Kind::Leases.sync_error_type(), "lease_list");
+        assert_eq!(Kind::EndpointSlices.sync_error_type(), "endpointslice_list");
+    }
 
     fn lease(
         name: &str,
@@ -427,6 +445,18 @@ mod tests {
             }],
             "self, expired, address-less, holder-less and unlabelled leases are skipped"
         );
+    }
+
+    #[test]
+    fn a_lease_duration_past_the_end_of_time_never_expires_and_panics_nothing() {
+        let forever = lease("apiserver-b", "b_1", 5, u64::MAX, Some("10.0.0.2:6443"));
+        let peers = peers_from_leases(
+            [&forever].into_iter(),
+            &"a".into(),
+            "https",
+            SystemTime::now(),
+        );
+        assert_eq!(peers.len(), 1, "{peers:?}");
     }
 
     #[test]

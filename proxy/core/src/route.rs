@@ -12,6 +12,7 @@
 //! every rule has a table test.
 
 use http::{HeaderMap, Method};
+use mvproxy_telemetry::metrics::values;
 
 use crate::classify::{DiscoveryPath, Gvr, RequestInfo};
 use crate::discovery::negotiate::{DiscoveryFormat, negotiate};
@@ -35,11 +36,11 @@ impl LocalReason {
     /// The metric and span label.
     pub fn as_str(self) -> &'static str {
         match self {
-            Self::NonResource => "non_resource",
-            Self::AlreadyProxied => "already_proxied",
-            Self::NotSynced => "not_synced",
-            Self::ServedLocally => "served_locally",
-            Self::NoPeer => "no_peer",
+            Self::NonResource => values::REASON_NON_RESOURCE,
+            Self::AlreadyProxied => values::REASON_ALREADY_PROXIED,
+            Self::NotSynced => values::REASON_NOT_SYNCED,
+            Self::ServedLocally => values::REASON_SERVED_LOCALLY,
+            Self::NoPeer => values::REASON_NO_PEER,
         }
     }
 }
@@ -70,10 +71,10 @@ impl Route {
     /// The `mvproxy.route` label.
     pub fn kind(&self) -> &'static str {
         match self {
-            Self::Local(_) => "local",
-            Self::Peer(_) => "peer",
-            Self::Discovery(_) => "discovery",
-            Self::Unavailable(_) => "peer",
+            Self::Local(_) => values::ROUTE_LOCAL,
+            Self::Peer(_) => values::ROUTE_PEER,
+            Self::Discovery(_) => values::ROUTE_DISCOVERY,
+            Self::Unavailable(_) => values::ROUTE_PEER,
         }
     }
 
@@ -81,8 +82,8 @@ impl Route {
     pub fn reason(&self) -> &'static str {
         match self {
             Self::Local(r) => r.as_str(),
-            Self::Peer(_) | Self::Unavailable(_) => "peer_only",
-            Self::Discovery(_) => "non_resource",
+            Self::Peer(_) | Self::Unavailable(_) => values::REASON_PEER_ONLY,
+            Self::Discovery(_) => values::REASON_NON_RESOURCE,
         }
     }
 }

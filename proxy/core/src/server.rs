@@ -17,12 +17,12 @@ use hyper_util::rt::TokioIo;
 use hyper_util::server::graceful::GracefulShutdown;
 use mvproxy_telemetry::metrics::{
     Metrics, PeerErrorLabels, RequestLabels, RerouteLabels, ResultLabels, RouteLabels, TraceLabels,
+    TypeLabels, values,
 };
-use mvproxy_telemetry::propagation::{self, TraceIds};
+use mvproxy_telemetry::trace::RequestSpan;
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
-use tracing::{Instrument, Span};
 
 use crate::classify::{DiscoveryPath, RequestInfo, classify};
 use crate::discovery::negotiate::{DiscoveryFormat, negotiate};
@@ -89,20 +89,22 @@ pub async fn handle(
     // 3. forward, or answer
     app.auth.apply(&identity, req.headers_mut());
     app.readiness.observe(&snap, &info, &route, req.headers());
-    let result = respond(&app, &snap, &span, &info, &route, req)
-        .instrument(span.clone())
-        .await;
+    let result = respond(&app, &snap, &span, &info, &route, req).await;
     let resp = result.unwrap_or_else(|e| {
         spans::failed(&span, &e);
-        tracing::warn!(parent: &span, error = %e, %method, %path, route = route.kind(), "request failed");
-        record_peer_error(&app.metrics, &info, &e);
+        if e.is_client_error() {
+            // The client's own fault (its body): no upstream failed.
+            tracing::info!(error = %e, %method, %path, route = route.kind(), "request refused");
+        } else {
+            tracing::warn!(error = %e, %method, %path, route = route.kind(), "request failed");
+        }
+        record_proxy_error(&app.metrics, &info, &route, &e);
         e.to_response().map(full)
     });
 
     // 4. record
     spans::responded(&span, resp.status(), 500);
     let took = start.elapsed();
-    let ids = propagation::ids(&span);
     record(
         &app.metrics,
         &method,
@@ -110,17 +112,10 @@ pub async fn handle(
         &route,
         resp.status(),
         took,
-        ids.as_ref(),
-    );
-    log_request(
         &span,
-        &route,
-        &method,
-        &path,
-        resp.status(),
-        took,
-        ids.as_ref(),
     );
+    log_request(&span, &route, &method, &path, resp.status(), took);
+    span.end();
     resp
 }
 
@@ -128,7 +123,7 @@ pub async fn handle(
 async fn respond(
     app: &App,
     snap: &Snapshot,
-    span: &Span,
+    span: &RequestSpan,
     info: &RequestInfo,
     route: &Route,
     req: Request<Incoming>,
@@ -140,7 +135,7 @@ async fn respond(
             // The snapshot that chose the peer knows how to reach it.
             let peer = snap
                 .upstream(name)
-                .ok_or_else(|| ProxyError::BadRequest(format!("unknown peer {name}")))?;
+                .ok_or_else(|| ProxyError::PeerUpstreamMissing { peer: name.clone() })?;
             forward(peer, req, span, info, Some(name)).await
         }
         Route::Discovery(format) => {
@@ -158,44 +153,51 @@ async fn respond(
 async fn forward(
     up: &Upstream,
     mut req: Request<LimitedBody>,
-    server_span: &Span,
+    server_span: &RequestSpan,
     info: &RequestInfo,
     peer: Option<&ServerName>,
 ) -> Result<Response<Body>, ProxyError> {
     let client = spans::client(server_span, req.method(), info, &up.base, peer);
-    propagation::inject(&client, req.headers_mut());
-    let result = up
-        .forward(req, peer.is_some())
-        .instrument(client.clone())
-        .await;
+    client.inject(req.headers_mut());
+    let result = up.forward(req, peer.is_some()).await;
     match &result {
         Ok(resp) => spans::responded(&client, resp.status(), 400),
         Err(e) => spans::failed(&client, e),
     }
+    client.end();
     result
 }
 
 /// One log line per request: at info for peer-routed and failed ones, debug otherwise.
 /// Never a header: `Authorization` must not reach a log.
 fn log_request(
-    span: &Span,
+    span: &RequestSpan,
     route: &Route,
     method: &Method,
     path: &str,
     status: StatusCode,
     took: Duration,
-    ids: Option<&TraceIds>,
 ) {
-    let trace_id = ids.map(|i| i.trace_id.as_str()).unwrap_or_default();
-    let span_id = ids.map(|i| i.span_id.as_str()).unwrap_or_default();
+    let peer = match route {
+        Route::Peer(peer) => Some(peer),
+        Route::Unavailable(_) => return,
+        _ if tracing::enabled!(tracing::Level::DEBUG) => None,
+        _ => return,
+    };
+    // The ids are formatted only for a line that is written.
+    let ids = span.ids();
+    let trace_id = ids
+        .as_ref()
+        .map(|i| i.trace_id.as_str())
+        .unwrap_or_default();
+    let span_id = ids.as_ref().map(|i| i.span_id.as_str()).unwrap_or_default();
     let millis = took.as_secs_f64() * 1000.0;
-    match route {
-        Route::Peer(peer) => {
-            tracing::info!(parent: span, %trace_id, %span_id, %peer, %method, %path, status = status.as_u16(), millis, "proxied to peer")
+    match peer {
+        Some(peer) => {
+            tracing::info!(%trace_id, %span_id, %peer, %method, %path, status = status.as_u16(), millis, "proxied to peer")
         }
-        Route::Unavailable(_) => {}
-        _ => {
-            tracing::debug!(parent: span, %trace_id, %span_id, route = route.kind(), %method, %path, status = status.as_u16(), millis, "request")
+        None => {
+            tracing::debug!(%trace_id, %span_id, route = route.kind(), %method, %path, status = status.as_u16(), millis, "request")
         }
     }
 }
@@ -210,7 +212,7 @@ fn is_nopeer_discovery(info: &RequestInfo, headers: &HeaderMap) -> bool {
 fn merged_discovery(
     app: &App,
     snap: &Snapshot,
-    span: &Span,
+    span: &RequestSpan,
     format: MergedFormat,
     headers: &HeaderMap,
 ) -> Option<Response<Body>> {
@@ -220,7 +222,7 @@ fn merged_discovery(
     app.metrics
         .merges
         .get_or_create(&ResultLabels {
-            result: if hit { "hit" } else { "miss" },
+            result: values::result(hit),
         })
         .inc();
     if !hit {
@@ -259,7 +261,7 @@ fn merged_discovery(
 
 /// Counts a routing-index lookup of a resource request: a hit when some server serves the
 /// GVR, a miss when none does (which also schedules a refetch of every server).
-fn record_lookup(app: &App, span: &Span, info: &RequestInfo, route: &Route, took: Duration) {
+fn record_lookup(app: &App, span: &RequestSpan, info: &RequestInfo, route: &Route, took: Duration) {
     if !matches!(info, RequestInfo::Resource(_)) {
         return;
     }
@@ -275,7 +277,7 @@ fn record_lookup(app: &App, span: &Span, info: &RequestInfo, route: &Route, took
         app.cache.on_miss();
     }
     let labels = ResultLabels {
-        result: if hit { "hit" } else { "miss" },
+        result: values::result(hit),
     };
     app.metrics.cache_lookups.get_or_create(&labels).inc();
     app.metrics
@@ -295,18 +297,31 @@ fn gvr_labels(info: &RequestInfo) -> (String, String, String) {
     }
 }
 
-fn record_peer_error(metrics: &Metrics, info: &RequestInfo, e: &ProxyError) {
-    if let Some(ty) = e.peer_error_type() {
-        let (group, version, resource) = gvr_labels(info);
-        metrics
-            .peer_proxy_errors
-            .get_or_create(&PeerErrorLabels {
-                r#type: ty,
-                group,
-                version,
-                resource,
-            })
-            .inc();
+/// A failure to proxy: to a peer in `mvproxy_peer_proxy_errors_total` (upstream's family,
+/// errors proxying to a peer), to the local API server in `mvproxy_local_proxy_errors_total`.
+fn record_proxy_error(metrics: &Metrics, info: &RequestInfo, route: &Route, e: &ProxyError) {
+    let Some(ty) = e.peer_error_type() else {
+        return;
+    };
+    match route {
+        Route::Peer(_) | Route::Unavailable(_) => {
+            let (group, version, resource) = gvr_labels(info);
+            metrics
+                .peer_proxy_errors
+                .get_or_create(&PeerErrorLabels {
+                    r#type: ty,
+                    group,
+                    version,
+                    resource,
+                })
+                .inc();
+        }
+        Route::Local(_) | Route::Discovery(_) => {
+            metrics
+                .local_proxy_errors
+                .get_or_create(&TypeLabels { r#type: ty })
+                .inc();
+        }
     }
 }
 
@@ -317,7 +332,7 @@ fn record(
     route: &Route,
     status: StatusCode,
     took: Duration,
-    ids: Option<&TraceIds>,
+    span: &RequestSpan,
 ) {
     let peer = match route {
         Route::Peer(p) => p.to_string(),
@@ -353,9 +368,8 @@ fn record(
         })
         .observe(
             took.as_secs_f64(),
-            ids.filter(|i| i.sampled).map(|i| TraceLabels {
-                trace_id: i.trace_id.clone(),
-            }),
+            span.sampled_trace_id()
+                .map(|trace_id| TraceLabels { trace_id }),
             None,
         );
 }
@@ -375,7 +389,7 @@ fn method_label(m: &Method) -> &'static str {
 }
 
 /// How long in-flight requests get to finish after a shutdown signal (watches never finish).
-pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+pub const SHUTDOWN_DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Serves the proxy on `listener` until `shutdown` is cancelled, then drains open connections.
 pub async fn serve(
@@ -445,11 +459,11 @@ pub async fn serve(
         });
     }
     drop(listener);
-    if tokio::time::timeout(DRAIN_TIMEOUT, graceful.shutdown())
+    if tokio::time::timeout(SHUTDOWN_DRAIN_TIMEOUT, graceful.shutdown())
         .await
         .is_err()
     {
-        tracing::warn!("connections still open after {DRAIN_TIMEOUT:?}; closing them");
+        tracing::warn!("connections still open after {SHUTDOWN_DRAIN_TIMEOUT:?}; closing them");
     }
 }
 

@@ -1,7 +1,7 @@
 //! The API surface of the two releases the demo upgrades between, embedded in the binary.
 //!
 //! The demo must run from a clone of this repository alone, so it cannot read upstream's
-//! discovery documents at run time. Instead [`table`] holds the facts read off them (groups
+//! discovery documents at run time. Instead `table` holds the facts read off them (groups
 //! and versions in each release's order; each resource's kind, scope, verbs, short and
 //! singular names, categories and subresources; which release serves it) in about 150 lines,
 //! and this module renders each release's aggregated `/apis` document from them. The test at

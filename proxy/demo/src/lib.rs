@@ -10,11 +10,11 @@
 //! against mvproxy's own `/metrics`.
 //!
 //! - [`catalog`]: both releases' API surface, embedded, and their discovery documents;
-//! - [`plan`]: the phases and, for each state, what a request must meet (the counterfactual);
-//! - [`workload`]: the seeded request sequence;
-//! - [`stack`]: stand-ins and proxies, node restarts, waiting for discovery to settle;
-//! - [`client`], [`run`]: sending the plan and the live progress line;
-//! - [`metrics`], [`report`]: the proxies' side, the reconciliation, text and JSON.
+//! - `plan`: the phases and, for each state, what a request must meet (the counterfactual);
+//! - `workload`: the seeded request sequence;
+//! - `stack`: stand-ins and proxies, node restarts, waiting for discovery to settle;
+//! - `client`, `run`: sending the plan and the live progress line;
+//! - `metrics`, `report`: the proxies' side, the reconciliation, text and JSON.
 //!
 //! The demo never reads anything outside the binary (no fixtures, no network beyond
 //! loopback), so it works from a fresh clone.

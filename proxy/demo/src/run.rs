@@ -26,7 +26,7 @@ use super::workload::{Request, Workload};
 /// Requests in flight at most; past it, sending waits (and falls behind schedule).
 const MAX_IN_FLIGHT: usize = 512;
 /// Longest wait for the requests in flight at the end of a segment.
-const DRAIN_TIMEOUT: Duration = Duration::from_secs(15);
+const SEGMENT_DRAIN_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// One request and what came of it.
 #[derive(Debug, Clone)]
@@ -208,7 +208,7 @@ async fn run_segment(
             record
         });
     }
-    let drained = tokio::time::timeout(DRAIN_TIMEOUT.max(REQUEST_TIMEOUT), async {
+    let drained = tokio::time::timeout(SEGMENT_DRAIN_TIMEOUT.max(REQUEST_TIMEOUT), async {
         while let Some(done) = tasks.join_next().await {
             keep(done, &mut records, &mut lost);
         }

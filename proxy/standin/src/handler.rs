@@ -19,7 +19,10 @@ use super::catalog::Target;
 use super::input::{apply_field_selector, is_watch, query_param, read_json};
 use super::respond::{self, Body, Details, Status};
 use super::store::{Selector, StoreError};
-use super::{RecordedRequest, SERVER_HEADER, Shared, TaskGuard, documents, stream};
+use super::{
+    DELAY_HEADER, MAX_DELAY_MS, RecordedRequest, SERVER_HEADER, Shared, TaskGuard, documents,
+    stream,
+};
 
 /// The subresources that only make sense as a stream (`Upgrade`).
 const STREAMING: &[&str] = &["attach", "exec", "portforward"];
@@ -64,11 +67,27 @@ pub(super) async fn handle(
     req: Request<Incoming>,
 ) -> Response<Body> {
     record(&shared, &req);
+    if let Some(ms) = delay_ms(req.headers()) {
+        tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+    }
     let mut response = route(&shared, guard, req).await;
     response
         .headers_mut()
         .insert(SERVER_HEADER, shared.name.clone());
     response
+}
+
+/// The delay a request asks for with [`DELAY_HEADER`], capped; none when absent or not a
+/// number.
+fn delay_ms(headers: &http::HeaderMap) -> Option<u64> {
+    let ms: u64 = headers
+        .get(DELAY_HEADER)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    Some(ms.min(MAX_DELAY_MS))
 }
 
 fn record(shared: &Shared, req: &Request<Incoming>) {
@@ -419,4 +438,27 @@ fn version(git_version: &str) -> Response<Body> {
             platform: "linux/amd64",
         },
     )
+}
+
+#[cfg(test)]
+mod delay_tests {
+    use super::*;
+
+    #[test]
+    fn delay_header_is_read_capped_and_ignored_when_not_a_number() {
+        let with = |v: &str| {
+            let mut h = http::HeaderMap::new();
+            h.insert(
+                DELAY_HEADER,
+                http::HeaderValue::from_str(v).expect("header"),
+            );
+            delay_ms(&h)
+        };
+        assert_eq!(delay_ms(&http::HeaderMap::new()), None);
+        assert_eq!(with("600"), Some(600));
+        assert_eq!(with(" 5 "), Some(5));
+        assert_eq!(with("soon"), None);
+        assert_eq!(with("-1"), None);
+        assert_eq!(with("99999999"), Some(MAX_DELAY_MS));
+    }
 }

@@ -22,7 +22,7 @@
 //! server-side printing (`as=Table`), OpenAPI, protobuf/YAML/CBOR, watch bookmarks, and the
 //! SPDY/WebSocket framing inside a tunnel. Every response names the server in
 //! `x-standin-server`, and every request is recorded so tests can see what reached which
-//! server.
+//! server. A request with `x-standin-delay-ms: N` is answered after N ms (a slow server).
 
 #![warn(missing_docs, unreachable_pub)]
 
@@ -60,6 +60,14 @@ use store::Store;
 
 /// Response header naming the server that answered.
 pub const SERVER_HEADER: &str = "x-standin-server";
+
+/// Request header asking the stand-in to wait this many milliseconds (at most
+/// [`MAX_DELAY_MS`]) before it answers: a slow API server, for checks of what mvproxy and
+/// the collector do with slow requests (scripts/conformance/telemetry_pack.py).
+pub const DELAY_HEADER: &str = "x-standin-delay-ms";
+
+/// The longest delay [`DELAY_HEADER`] can ask for.
+pub const MAX_DELAY_MS: u64 = 10_000;
 
 /// Builder of a stand-in server.
 #[derive(Debug, Clone)]

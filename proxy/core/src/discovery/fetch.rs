@@ -14,6 +14,7 @@
 use bytes::Bytes;
 use http::{HeaderMap, StatusCode, header};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
+use mvproxy_telemetry::metrics::values;
 
 use super::legacy::group_from_legacy;
 use super::snapshot::ServerView;
@@ -36,9 +37,9 @@ enum Document {
 
 /// `type` label of `mvproxy_peer_discovery_sync_errors_total` when a server's host name did
 /// not resolve.
-pub const SYNC_ERROR_HOSTPORT_RESOLUTION: &str = "hostport_resolution";
+pub const SYNC_ERROR_HOSTPORT_RESOLUTION: &str = values::HOSTPORT_RESOLUTION;
 /// `type` label of `mvproxy_peer_discovery_sync_errors_total` for every other failure.
-pub const SYNC_ERROR_FETCH_DISCOVERY: &str = "fetch_discovery";
+pub const SYNC_ERROR_FETCH_DISCOVERY: &str = values::FETCH_DISCOVERY;
 
 /// Why a fetch failed; each message starts with the request (`GET /apis: …`).
 #[derive(Debug, thiserror::Error)]
@@ -243,7 +244,7 @@ async fn get(f: &Fetch<'_>, path: &str, accept: &str) -> Result<Document, FetchE
 }
 
 /// `Some(true)` for v2, `Some(false)` for v2beta1, `None` for anything else.
-fn aggregated_version(headers: &HeaderMap) -> Option<bool> {
+pub fn aggregated_version(headers: &HeaderMap) -> Option<bool> {
     let ct = headers.get(header::CONTENT_TYPE)?.to_str().ok()?;
     let mut params = ct
         .split(';')

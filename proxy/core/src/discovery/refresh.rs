@@ -67,9 +67,8 @@ struct State {
     /// Local first, then peers in name order.
     servers: Vec<ServerState>,
     members: BTreeMap<ServerName, Member>,
-    /// Group-versions that left the local extension set, and when.
-    left_extension: BTreeMap<GroupVersion, Instant>,
-    local_extension: BTreeSet<GroupVersion>,
+    /// The local server's extension group-versions, and those that recently left the set.
+    exclusions: Exclusions,
     /// The peer source has reported its set at least once.
     peers_synced: bool,
     /// Set once [`Cache::run`] started: members added later get their task at once.
@@ -85,7 +84,12 @@ pub struct Cache {
     new_upstream: UpstreamFactory,
     metrics: Arc<Metrics>,
     settings: RefreshSettings,
+    clock: Clock,
 }
+
+/// Where the refresher reads the time: [`Instant::now`] in production, a hand-moved clock in
+/// tests of the exclusion grace.
+pub type Clock = Arc<dyn Fn() -> Instant + Send + Sync>;
 
 impl Cache {
     /// A cache for the local server; peers come from [`Cache::set_peers`]. Nothing is fetched
@@ -95,6 +99,23 @@ impl Cache {
         new_upstream: UpstreamFactory,
         settings: RefreshSettings,
         metrics: Arc<Metrics>,
+    ) -> Arc<Self> {
+        Self::with_clock(
+            local,
+            new_upstream,
+            settings,
+            metrics,
+            Arc::new(Instant::now),
+        )
+    }
+
+    /// [`Cache::new`] reading the time from `clock`.
+    pub fn with_clock(
+        local: Upstream,
+        new_upstream: UpstreamFactory,
+        settings: RefreshSettings,
+        metrics: Arc<Metrics>,
+        clock: Clock,
     ) -> Arc<Self> {
         let servers = vec![ServerState::new(
             local.name.clone(),
@@ -115,8 +136,7 @@ impl Cache {
         let state = State {
             servers,
             members,
-            left_extension: BTreeMap::new(),
-            local_extension: BTreeSet::new(),
+            exclusions: Exclusions::default(),
             peers_synced: false,
             shutdown: None,
         };
@@ -129,6 +149,7 @@ impl Cache {
             new_upstream,
             metrics,
             settings,
+            clock,
         })
     }
 
@@ -249,12 +270,7 @@ impl Cache {
                 self.observe_fetch(local, status)
             })
             .await;
-            self.metrics
-                .peer_fetch_duration
-                .get_or_create(&PeerLabels {
-                    peer: name.to_string(),
-                })
-                .observe(started.elapsed().as_secs_f64());
+            let took = started.elapsed();
             let delay = match &result {
                 Ok(_) => {
                     failures = 0;
@@ -270,7 +286,7 @@ impl Cache {
                     backoff(failures, self.settings.interval)
                 }
             };
-            self.record(&name, result.map_err(|e| e.to_string()));
+            self.record(&name, took, result.map_err(|e| e.to_string()));
             tokio::select! {
                 () = tokio::time::sleep(delay) => {}
                 () = wake.notified() => {
@@ -297,14 +313,10 @@ impl Cache {
             .inc();
     }
 
+    /// Every per-peer series goes with the peer (under the state lock, which `record` also
+    /// holds, so a fetch that ends meanwhile cannot bring one back).
     fn forget_series(&self, name: &ServerName) {
-        let peer = PeerLabels {
-            peer: name.to_string(),
-        };
-        self.metrics.peer_up.remove(&peer);
-        self.metrics.discovery_resources.remove(&ServerLabels {
-            server: name.to_string(),
-        });
+        self.metrics.forget_peer(&name.to_string());
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -317,11 +329,17 @@ impl Cache {
 
     /// Records a fetch result and publishes a new snapshot if routing changed. A result for
     /// a peer that has left meanwhile is dropped.
-    fn record(&self, name: &ServerName, result: Result<ServerView, String>) {
+    fn record(&self, name: &ServerName, took: Duration, result: Result<ServerView, String>) {
         let mut state = self.lock();
         let Some(s) = state.servers.iter_mut().find(|s| &s.name == name) else {
             return;
         };
+        self.metrics
+            .peer_fetch_duration
+            .get_or_create(&PeerLabels {
+                peer: name.to_string(),
+            })
+            .observe(took.as_secs_f64());
         let was = (s.up, s.attempted, s.error.clone());
         s.attempted = true;
         s.last_fetch = Some(SystemTime::now());
@@ -356,7 +374,8 @@ impl Cache {
             })
             .set(count as i64);
         if is_local {
-            changed |= update_exclusions(&mut state);
+            let current = local_extension_gvs(&state);
+            changed |= state.exclusions.update(current, (self.clock)());
         } else {
             self.metrics
                 .peer_up
@@ -381,7 +400,7 @@ fn wakes(state: &State) -> Vec<Arc<Notify>> {
 }
 
 fn build(state: &State) -> Snapshot {
-    let recent: BTreeSet<GroupVersion> = state.left_extension.keys().cloned().collect();
+    let recent: BTreeSet<GroupVersion> = state.exclusions.left.keys().cloned().collect();
     let upstreams = state
         .members
         .iter()
@@ -396,27 +415,43 @@ fn build(state: &State) -> Snapshot {
     )
 }
 
-/// Tracks group-versions that stopped being local extensions, for the exclusion grace period.
-/// Returns whether the set of recently-left group-versions changed.
-fn update_exclusions(state: &mut State) -> bool {
-    let now = Instant::now();
-    let current: BTreeSet<GroupVersion> = state
+/// The local server's extension group-versions (CRDs, APIServices) as last fetched.
+fn local_extension_gvs(state: &State) -> BTreeSet<GroupVersion> {
+    state
         .servers
         .iter()
         .find(|s| s.local)
         .and_then(|s| s.view.as_ref())
         .map(|v| v.extension_gvs().collect())
-        .unwrap_or_default();
-    let before = state.left_extension.len();
-    for gv in state.local_extension.difference(&current) {
-        state.left_extension.insert(gv.clone(), now);
+        .unwrap_or_default()
+}
+
+/// The exclusion grace: a group-version that stops being a local extension keeps peers from
+/// serving it for [`EXCLUSION_GRACE`], so a CRD being deleted and recreated is not routed to a
+/// peer's copy meanwhile.
+#[derive(Debug, Default)]
+struct Exclusions {
+    /// The local extension group-versions at the last update.
+    local: BTreeSet<GroupVersion>,
+    /// Group-versions that left `local`, and when.
+    left: BTreeMap<GroupVersion, Instant>,
+}
+
+impl Exclusions {
+    /// Takes the local server's `current` extensions at `now`; returns whether the extension
+    /// set or the recently-left set changed.
+    fn update(&mut self, current: BTreeSet<GroupVersion>, now: Instant) -> bool {
+        let before = self.left.len();
+        for gv in self.local.difference(&current) {
+            self.left.insert(gv.clone(), now);
+        }
+        self.left.retain(|gv, since| {
+            !current.contains(gv) && now.duration_since(*since) < EXCLUSION_GRACE
+        });
+        let changed = before != self.left.len() || self.local != current;
+        self.local = current;
+        changed
     }
-    state
-        .left_extension
-        .retain(|gv, since| !current.contains(gv) && now.duration_since(*since) < EXCLUSION_GRACE);
-    let changed = before != state.left_extension.len() || state.local_extension != current;
-    state.local_extension = current;
-    changed
 }
 
 fn backoff(failures: u32, cap: Duration) -> Duration {
@@ -427,6 +462,200 @@ fn backoff(failures: u32, cap: Duration) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn gvs(list: &[&str]) -> BTreeSet<GroupVersion> {
+        list.iter()
+            .map(|gv| {
+                let (g, v) = gv.split_once('/').unwrap_or(("", gv));
+                (g.to_owned(), v.to_owned())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn exclusion_grace_transitions() {
+        let start = Instant::now();
+        let secs = |s: u64| start + Duration::from_secs(s);
+        let grace = EXCLUSION_GRACE.as_secs();
+        // (at, the local extensions then, changed?, recently left after)
+        let steps: &[(u64, &[&str], bool, &[&str])] = &[
+            (0, &["crd.example/v1"], true, &[]),
+            (1, &["crd.example/v1"], false, &[]),
+            // the CRD is deleted: its group-version stays excluded from peers
+            (10, &[], true, &["crd.example/v1"]),
+            (10 + grace - 1, &[], false, &["crd.example/v1"]),
+            // five minutes after it left, the grace is over
+            (10 + grace, &[], true, &[]),
+            (10 + grace + 1, &[], false, &[]),
+            // it comes back, leaves again, and comes back within the grace: no longer "left"
+            (1000, &["crd.example/v1"], true, &[]),
+            (1001, &[], true, &["crd.example/v1"]),
+            (1002, &["crd.example/v1"], true, &[]),
+            // three leave at different times; each has its own five minutes
+            (
+                2000,
+                &["a.example/v1", "b.example/v1"],
+                true,
+                &["crd.example/v1"],
+            ),
+            (
+                2001,
+                &["b.example/v1"],
+                true,
+                &["a.example/v1", "crd.example/v1"],
+            ),
+            (
+                2100,
+                &[],
+                true,
+                &["a.example/v1", "b.example/v1", "crd.example/v1"],
+            ),
+            (2000 + grace, &[], true, &["a.example/v1", "b.example/v1"]),
+            (2001 + grace, &[], true, &["b.example/v1"]),
+            (2100 + grace, &[], true, &[]),
+        ];
+        let mut e = Exclusions::default();
+        for &(at, current, changed, left) in steps {
+            assert_eq!(
+                e.update(gvs(current), secs(at)),
+                changed,
+                "at {at}s: changed"
+            );
+            let got: BTreeSet<GroupVersion> = e.left.keys().cloned().collect();
+            assert_eq!(got, gvs(left), "at {at}s: recently left");
+        }
+    }
+
+    fn upstream(name: &str, url: &str) -> Result<Upstream, UpstreamError> {
+        let settings = crate::forward::ClientSettings {
+            tls: None,
+            server_name: None,
+            connect_timeout: Duration::from_secs(1),
+            insecure_skip_verify: false,
+        };
+        Upstream::new(
+            name.into(),
+            url.parse().unwrap(),
+            &settings,
+            Duration::from_secs(1),
+        )
+    }
+
+    fn peer(name: &str, url: &str, generation: &str) -> PeerSpec {
+        PeerSpec {
+            name: name.into(),
+            url: url.parse().unwrap(),
+            generation: generation.to_owned(),
+        }
+    }
+
+    /// The peer set as the cache publishes it: name and URL after the local server.
+    fn published(cache: &Cache) -> Vec<(String, String)> {
+        cache
+            .load()
+            .servers
+            .iter()
+            .filter(|s| !s.local)
+            .map(|s| (s.name.to_string(), s.url.clone()))
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn peer_set_transitions() {
+        let factory: UpstreamFactory = Box::new(|name, url| {
+            // a peer whose TLS name cannot be used is ignored, as a bad --peer-server-name is
+            if name.as_str() == "broken" {
+                return Err(UpstreamError::ServerName {
+                    name: "not a name!".to_owned(),
+                    source: rustls::pki_types::ServerName::try_from("not a name!").unwrap_err(),
+                });
+            }
+            upstream(name.as_str(), &url.to_string())
+        });
+        let cache = Cache::new(
+            upstream("local", "http://127.0.0.1:1").unwrap(),
+            factory,
+            RefreshSettings {
+                interval: Duration::from_secs(30),
+                max_document_bytes: 1 << 20,
+            },
+            Arc::new(Metrics::register(&mut Default::default())),
+        );
+        let b = "http://127.0.0.2:6443";
+        let woken = |cache: &Cache, name: &str| {
+            let wake = cache.lock().members[&ServerName::from(name)].wake.clone();
+            // notify_one stores a permit, so a wake-up already sent completes at once
+            async move {
+                tokio::time::timeout(Duration::ZERO, wake.notified())
+                    .await
+                    .is_ok()
+            }
+        };
+        assert!(
+            !cache.lock().peers_synced,
+            "not synced before the first report"
+        );
+
+        /// (step, peers reported, published peers after, the snapshot changed?)
+        type Step<'a> = (&'a str, Vec<PeerSpec>, Vec<(&'a str, &'a str)>, bool);
+        let steps: Vec<Step<'_>> = vec![
+            ("first report, empty", vec![], vec![], true),
+            (
+                "b joins",
+                vec![peer("b", b, "1")],
+                vec![("b", "http://127.0.0.2:6443/")],
+                true,
+            ),
+            (
+                "same set",
+                vec![peer("b", b, "1")],
+                vec![("b", "http://127.0.0.2:6443/")],
+                false,
+            ),
+            (
+                "b restarts",
+                vec![peer("b", b, "2")],
+                vec![("b", "http://127.0.0.2:6443/")],
+                false,
+            ),
+            (
+                "b moves",
+                vec![peer("b", "http://127.0.0.3:6443", "2")],
+                vec![("b", "http://127.0.0.3:6443/")],
+                true,
+            ),
+            (
+                "a bad peer is ignored",
+                vec![
+                    peer("b", "http://127.0.0.3:6443", "2"),
+                    peer("broken", b, "1"),
+                ],
+                vec![("b", "http://127.0.0.3:6443/")],
+                false,
+            ),
+            ("b leaves", vec![], vec![], true),
+        ];
+        for (step, peers, want, changed) in steps {
+            let before = cache.load();
+            cache.set_peers(peers);
+            let after = cache.load();
+            assert!(cache.lock().peers_synced, "{step}: synced");
+            let want: Vec<(String, String)> = want
+                .iter()
+                .map(|(n, u)| ((*n).to_owned(), (*u).to_owned()))
+                .collect();
+            assert_eq!(published(&cache), want, "{step}");
+            assert_eq!(!Arc::ptr_eq(&before, &after), changed, "{step}: published");
+            match step {
+                "b joins" => assert!(
+                    !woken(&cache, "b").await,
+                    "a new peer's task fetches at start"
+                ),
+                "b restarts" => assert!(woken(&cache, "b").await, "{step}: refetch"),
+                _ => {}
+            }
+        }
+    }
 
     #[test]
     fn backoff_doubles_up_to_the_interval() {

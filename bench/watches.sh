@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Watch scale: WATCHES (default 10 000) concurrent watches through one mvproxy, half local and
+# half through the peer hop, upstreams over TLS (HTTP/2 when offered), with events flowing.
+# Reports RSS per watch, file descriptors, upstream connections and CPU per event, and writes
+# the table to $OUT (default target/loadtest/watches.md). See bench/watches.py.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+for tool in openssl taskset python3; do
+  command -v "$tool" >/dev/null || { export DEBIAN_FRONTEND=noninteractive; apt-get update -qq; apt-get install -y -qq openssl util-linux python3 >/dev/null; break; }
+done
+if [[ -z "${MVPROXY_BIN:-}" ]]; then
+  cargo build --release -p mvproxy --bin mvproxy -q
+  cargo build --release -p mvproxy-demo --example standin -q
+fi
+exec python3 bench/watches.py "$@"

@@ -1,0 +1,71 @@
+//! A stand-in Kubernetes API server as its own process, for scripts that run real `mvproxy
+//! serve` processes in front of it (scripts/conformance/telemetry-pack.sh): the same server
+//! the demo and the end-to-end tests start in-process (`mvproxy-standin`), serving the
+//! discovery surface of Kubernetes 1.31 or 1.34 from the demo's embedded catalog.
+//!
+//! ```text
+//! cargo run -p mvproxy-demo --example standin -- NAME 1.31|1.34 127.0.0.1:PORT
+//! ```
+//!
+//! Prints `ready URL` on stdout once it listens; stops on SIGTERM or Ctrl-C.
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+
+use mvproxy_demo::catalog::{self, Release};
+use mvproxy_standin::StandIn;
+
+const USAGE: &str = "usage: standin NAME 1.31|1.34 LISTEN_ADDR";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let [name, release, listen] = args.as_slice() else {
+        eprintln!("{USAGE}");
+        return ExitCode::from(2);
+    };
+    let release = match release.as_str() {
+        "1.31" => Release::Old,
+        "1.34" => Release::New,
+        other => {
+            eprintln!("standin: release: {other:?} is not 1.31 or 1.34");
+            return ExitCode::from(2);
+        }
+    };
+    let addr: SocketAddr = match listen.parse() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("standin: listen address {listen:?}: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let standin = match catalog::apis_json(release)
+        .map_err(|e| e.to_string())
+        .and_then(|json| StandIn::new(name, &json).map_err(|e| e.to_string()))
+    {
+        Ok(s) => s.git_version(release.git_version()),
+        Err(e) => {
+            eprintln!("standin: catalog: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("standin: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(async {
+        let running = match standin.start(addr).await {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("standin: listen on {addr}: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        println!("ready {}", running.url());
+        mvproxy::app::shutdown_signal().await;
+        running.shutdown().await;
+        ExitCode::SUCCESS
+    })
+}
