@@ -198,7 +198,9 @@ watch_hop() {
   local log="$CP_DIR/watch.out" wpid i t1 ok=1
   kc "$kubectl_new" "$CP_DIR/via-a.kc" get "$WL_NEW" -n default --watch-only --output-watch-events >"$log" 2>&1 &
   wpid=$!
-  sleep 3
+  # kubectl lists (for the resourceVersion) before it watches: an object created before that
+  # list is not an event. Give it time to be watching, even on a loaded machine.
+  sleep 8
   wl_new cp-watch-1 | kc "$kubectl_new" "$CP_DIR/direct-b.kc" create -f - >/dev/null
   t1=$(date +%s%N)
   wait_for 10 grep -q "ADDED.*cp-watch-1" "$log" || ok=0
