@@ -109,6 +109,37 @@ fn invalid_configuration_exits_2_with_one_line_naming_the_field() {
             ],
             "tls-reload-interval-seconds",
         ),
+        // plain HTTP admin endpoints off loopback: open to the node network, refused
+        (
+            &[
+                "serve",
+                "--local",
+                "http://127.0.0.1:1",
+                "--admin-listen",
+                "0.0.0.0:9464",
+            ],
+            "admin-listen",
+        ),
+        (
+            &[
+                "serve",
+                "--local",
+                "http://127.0.0.1:1",
+                "--admin-tls-cert-file",
+                "/etc/hostname",
+            ],
+            "admin-tls-key-file",
+        ),
+        (
+            &[
+                "serve",
+                "--local",
+                "http://127.0.0.1:1",
+                "--admin-client-ca-file",
+                "/etc/hostname",
+            ],
+            "admin-client-ca-file",
+        ),
     ];
     for (args, field) in cases {
         let mut args = args.to_vec();
@@ -168,7 +199,7 @@ async fn sigterm_stops_the_proxy_cleanly() {
 
 /// An upstream that answers every request after `delay` (404 for discovery, so it serves
 /// nothing and every request is routed to it as `no_peer`); the receiver hears of each
-/// non-discovery request as it arrives.
+/// resource request (`/api/v1/…`, not the refresher's `/version`) as it arrives.
 async fn slow_upstream(
     delay: std::time::Duration,
 ) -> (
@@ -192,7 +223,9 @@ async fn slow_upstream(
                     let resp = if head.starts_with("GET /api ") || head.starts_with("GET /apis ") {
                         "HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n".to_owned()
                     } else {
-                        let _ = arrived.send(());
+                        if head.starts_with("GET /api/v1/") {
+                            let _ = arrived.send(());
+                        }
                         tokio::time::sleep(delay).await;
                         "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: 8\r\n\r\nfinished".to_owned()
                     };

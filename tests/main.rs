@@ -4,7 +4,9 @@
 // The whole crate is tests: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used)]
 
+mod admin;
 mod cli;
+mod client_body;
 mod cluster;
 mod demo;
 mod discovery;

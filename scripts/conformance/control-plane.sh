@@ -9,7 +9,8 @@
 #   kubectl api-resources (installed kubectl and an older release) through either proxy;
 #   create/get/list/watch/delete of a resource only the other release serves; a watch across
 #   the peer hop; front-proxy identity with RBAC (also across the hop, spoofing refused);
-#   --peer-source endpointslices; then the rolling upgrade 1.35 -> 1.36 under load via A', B'.
+#   --peer-source endpointslices; which clients used GVRs of the skew (/debug/clients and
+#   mvproxy_skew_requests_total); then the rolling upgrade 1.35 -> 1.36 under load via A', B'.
 # Control plane 2 (upstream's Mixed Version Proxy on in both): the same rolling upgrade straight
 # to the API servers; halfway (A = 1.36, B = 1.35) --peer-source leases and mvproxy's merged
 # /apis against the 1.36 server's own peer-aggregated /apis.
@@ -210,6 +211,34 @@ watch_hop() {
 WATCH_MS=?
 check "watch via mvproxy A across the peer hop" "ADDED then DELETED of an object created straight on B, each within 10 s" watch_hop
 record "watch latency (measured)" PASS "ADDED seen ${WATCH_MS} ms after kubectl create returned"
+
+# ---- upgrade readiness: which clients used what the skew takes away ----------------------------
+# The kubectl requests above, judged from each server's /version: on mvproxy A (in front of
+# $OLD) the $NEW-only workloads break on a rollback, on B (in front of $NEW) the $OLD-only ones
+# break after the upgrade; /debug/clients and mvproxy_skew_requests_total agree.
+readiness_seen() { # IP FIELD SIDE GVR
+  local ip=$1 field=$2 side=$3 gvr=$4 g v r debug metric admin
+  IFS=/ read -r g v r <<<"$gvr"
+  admin="http://$ip:$((${MVP_PORT:-7443} + 100))"
+  debug=$(curl -s "$admin/debug/clients" | jq -r --arg gvr "$gvr" --arg f "$field" \
+    '[.clients[] | select(.program == "kubectl") | .[$f][] | select(.gvr == $gvr) | .requests] | add // 0')
+  metric=$(curl -s "$admin/metrics" | awk -v sel="group=\"$g\",version=\"$v\",resource=\"$r\",side=\"$side\"" \
+    'index($0, "mvproxy_skew_requests_total{client=\"kubectl") == 1 && index($0, sel) {n += $NF} END {print n + 0}')
+  READINESS_DETAIL="kubectl: $debug requests in /debug/clients $field, $metric in mvproxy_skew_requests_total{side=\"$side\"}"
+  [ "$debug" -gt 0 ] && [ "$debug" = "$metric" ]
+}
+readiness_check() { # NAME IP FIELD SIDE GVR
+  local name=$1
+  shift
+  READINESS_DETAIL="/debug/clients unreadable"
+  if readiness_seen "$@"; then record "$name" PASS "$READINESS_DETAIL"; else record "$name" FAIL "$READINESS_DETAIL"; fi
+}
+readiness_check "readiness: kubectl's $NEW-only workloads via mvproxy A break on a rollback" \
+  "$A_IP" breaks_on_rollback new_only scheduling.k8s.io/v1alpha2/workloads
+if grep -qx scheduling.k8s.io/v1alpha1/workloads "$out/only-$OLD.txt"; then
+  readiness_check "readiness: kubectl's $OLD-only workloads via mvproxy B break after the upgrade" \
+    "$B_IP" breaks_after_upgrade old_only scheduling.k8s.io/v1alpha1/workloads
+fi
 
 # ---- front-proxy identity end to end, with RBAC ----------------------------------------------
 

@@ -20,6 +20,7 @@ use tokio::process::{Child, Command};
 
 pub use mvproxy_standin::{RecordedRequest, Running as StandInRunning, StandIn};
 
+pub mod authz;
 pub mod conn;
 pub mod otlp;
 pub mod pki;

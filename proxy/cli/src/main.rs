@@ -38,33 +38,7 @@ fn main() -> ExitCode {
                 Ok(c) => c,
                 Err(e) => return config_error(&e),
             };
-            let telemetry = match mvproxy_telemetry::Settings::from_lookup(
-                |k| std::env::var(k).ok(),
-                config.log_format == LogFormat::Json,
-            ) {
-                Ok(t) => t,
-                Err(e) => {
-                    eprintln!("mvproxy: {e}");
-                    return ExitCode::from(EXIT_CONFIG as u8);
-                }
-            };
-            let runtime = match tokio::runtime::Runtime::new() {
-                Ok(r) => r,
-                Err(e) => {
-                    eprintln!("mvproxy: cannot start the runtime: {e}");
-                    return ExitCode::FAILURE;
-                }
-            };
-            runtime.block_on(async {
-                // Inside the runtime: the gRPC exporter needs it. Dropped last, so spans of
-                // the drained requests are flushed.
-                let _telemetry = match mvproxy_telemetry::init(&telemetry) {
-                    Ok(guard) => guard,
-                    Err(e) => {
-                        eprintln!("mvproxy: {e}");
-                        return ExitCode::from(EXIT_CONFIG as u8);
-                    }
-                };
+            run(config.log_format == LogFormat::Json, None, async move {
                 let running = match mvproxy::app::start(&config).await {
                     Ok(r) => r,
                     Err(e) => {
@@ -78,35 +52,9 @@ fn main() -> ExitCode {
                 ExitCode::SUCCESS
             })
         }
-        Command::Demo(args) => {
-            // The demo's own output is the progress line and the report: proxy logs only for
-            // errors unless RUST_LOG asks for more. Traces go out as in production.
-            let mut telemetry =
-                match mvproxy_telemetry::Settings::from_lookup(|k| std::env::var(k).ok(), false) {
-                    Ok(t) => t,
-                    Err(e) => {
-                        eprintln!("mvproxy: {e}");
-                        return ExitCode::from(EXIT_CONFIG as u8);
-                    }
-                };
-            telemetry.default_log_filter = "error".to_owned();
-            match tokio::runtime::Runtime::new() {
-                Ok(runtime) => runtime.block_on(async {
-                    let _telemetry = match mvproxy_telemetry::init(&telemetry) {
-                        Ok(guard) => guard,
-                        Err(e) => {
-                            eprintln!("mvproxy: {e}");
-                            return ExitCode::from(EXIT_CONFIG as u8);
-                        }
-                    };
-                    mvproxy_demo::run(*args).await
-                }),
-                Err(e) => {
-                    eprintln!("mvproxy: cannot start the runtime: {e}");
-                    ExitCode::FAILURE
-                }
-            }
-        }
+        // The demo's own output is the progress line and the report: proxy logs only for
+        // errors unless RUST_LOG asks for more. Traces go out as in production.
+        Command::Demo(args) => run(false, Some("error"), mvproxy_demo::run(*args)),
         Command::CheckConfig { config } => {
             let args = ServeArgs {
                 config: Some(config.clone()),
@@ -128,6 +76,45 @@ fn main() -> ExitCode {
             }
         }
     }
+}
+
+/// Sets up telemetry from `OTEL_*` and `RUST_LOG` (a bad value exits 2) and a runtime, once,
+/// and runs `work` in it.
+fn run(
+    json_logs: bool,
+    default_log_filter: Option<&str>,
+    work: impl Future<Output = ExitCode>,
+) -> ExitCode {
+    let mut telemetry =
+        match mvproxy_telemetry::Settings::from_lookup(|k| std::env::var(k).ok(), json_logs) {
+            Ok(t) => t,
+            Err(e) => {
+                eprintln!("mvproxy: {e}");
+                return ExitCode::from(EXIT_CONFIG as u8);
+            }
+        };
+    if let Some(filter) = default_log_filter {
+        telemetry.default_log_filter = filter.to_owned();
+    }
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("mvproxy: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(async {
+        // Inside the runtime: the gRPC exporter needs it. Dropped last, so spans of the
+        // drained requests are flushed.
+        let _telemetry = match mvproxy_telemetry::init(&telemetry) {
+            Ok(guard) => guard,
+            Err(e) => {
+                eprintln!("mvproxy: {e}");
+                return ExitCode::from(EXIT_CONFIG as u8);
+            }
+        };
+        work.await
+    })
 }
 
 fn config_error(e: &mvproxy::config::ConfigError) -> ExitCode {

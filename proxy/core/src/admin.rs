@@ -3,19 +3,29 @@
 //!
 //! Kept off the proxy listener so that an API path can never collide with an admin path and
 //! so that scraping works even when the proxy port is behind TLS and client auth.
+//!
+//! Plain HTTP is for loopback only (config validation refuses anything else); over TLS
+//! (`--admin-tls-cert-file`) every request is authenticated and authorized by the local API
+//! server, as a control-plane component's are ([`crate::delegated`]).
 
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::State;
+use axum::extract::{Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
+use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
 use prometheus_client::registry::Registry;
 use serde_json::json;
 use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
+use crate::delegated::{Delegated, User, cert_user};
 use crate::discovery::{Cache, ServerState};
 use crate::readiness::Readiness;
 
@@ -25,7 +35,14 @@ pub struct Admin {
     pub cache: Arc<Cache>,
     pub registry: Arc<Registry>,
     pub readiness: Arc<Readiness>,
+    /// Authentication and authorization by the local API server (admin over TLS); `None`
+    /// on a plain loopback listener.
+    pub delegated: Option<Arc<Delegated>>,
 }
+
+/// The verified client certificate of an admin connection.
+#[derive(Clone)]
+struct CertUser(Option<User>);
 
 /// The admin router.
 pub fn router(admin: Admin) -> Router {
@@ -36,17 +53,92 @@ pub fn router(admin: Admin) -> Router {
         .route("/metrics", get(metrics))
         .route("/debug/discovery", get(debug_discovery))
         .route("/debug/clients", get(debug_clients))
+        .route_layer(middleware::from_fn_with_state(admin.clone(), guard))
         .with_state(admin)
 }
 
-/// Serves the admin router until `shutdown` is cancelled.
-pub async fn serve(listener: TcpListener, admin: Admin, shutdown: CancellationToken) {
-    let result = axum::serve(listener, router(admin))
-        .with_graceful_shutdown(async move { shutdown.cancelled().await })
-        .await;
-    if let Err(e) = result {
-        tracing::error!(error = %e, "admin listener failed");
+/// Refuses what the local API server does not allow (when delegated).
+async fn guard(State(admin): State<Admin>, req: Request, next: Next) -> Response {
+    if let Some(d) = &admin.delegated {
+        let user = req.extensions().get::<CertUser>().and_then(|c| c.0.clone());
+        let (method, path, headers) = (
+            req.method().clone(),
+            req.uri().path().to_owned(),
+            req.headers().clone(),
+        );
+        if let Err(refusal) = d.check(&method, &path, &headers, user).await {
+            tracing::info!(%path, error = %refusal, "admin request refused");
+            return refusal.to_response().map(axum::body::Body::from);
+        }
     }
+    next.run(req).await
+}
+
+/// Serves the admin router until `shutdown` is cancelled: plain, or over TLS (`tls`).
+pub async fn serve(
+    listener: TcpListener,
+    tls: Option<TlsAcceptor>,
+    admin: Admin,
+    shutdown: CancellationToken,
+) {
+    let Some(acceptor) = tls else {
+        let result = axum::serve(listener, router(admin))
+            .with_graceful_shutdown(async move { shutdown.cancelled().await })
+            .await;
+        if let Err(e) = result {
+            tracing::error!(error = %e, "admin listener failed");
+        }
+        return;
+    };
+    let router = router(admin);
+    let graceful = GracefulShutdown::new();
+    let builder = auto::Builder::new(TokioExecutor::new());
+    loop {
+        let stream = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((s, _)) => s,
+                Err(e) => {
+                    tracing::warn!(error = %e, "admin accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = shutdown.cancelled() => break,
+        };
+        let (acceptor, router, builder) = (acceptor.clone(), router.clone(), builder.clone());
+        let watcher = graceful.watcher();
+        tokio::spawn(async move {
+            let Ok(tls) = crate::tls::accept::accept(&acceptor, stream).await else {
+                return;
+            };
+            // The handshake verified any certificate against --admin-client-ca-file.
+            let user = CertUser(
+                tls.get_ref()
+                    .1
+                    .peer_certificates()
+                    .and_then(|c| c.first())
+                    .and_then(|c| crate::identity::subject(c))
+                    .map(|(cn, orgs)| cert_user(cn, orgs)),
+            );
+            let service = hyper::service::service_fn(
+                move |mut req: hyper::Request<hyper::body::Incoming>| {
+                    req.extensions_mut().insert(user.clone());
+                    let mut router = router.clone();
+                    async move {
+                        tower_service::Service::call(&mut router, req.map(axum::body::Body::new))
+                            .await
+                    }
+                },
+            );
+            let io = TokioIo::new(crate::limits::FirstBytes::new(
+                tls,
+                crate::limits::HEADER_READ_TIMEOUT,
+            ));
+            let conn = builder.serve_connection(io, service);
+            let _ = watcher.watch(conn.into_owned()).await;
+        });
+    }
+    let _ = tokio::time::timeout(crate::server::SHUTDOWN_DRAIN_TIMEOUT, graceful.shutdown()).await;
 }
 
 /// 200 once every configured server has been fetched once or marked down.

@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::admin::{self, Admin};
 use crate::config::{Config, PeerSource};
+use crate::delegated::{Delegated, Settings as DelegatedSettings};
 use crate::discovery::Cache;
 use crate::discovery::refresh::{PeerSpec, RefreshSettings, UpstreamFactory};
 use crate::forward::{ClientSettings, Upstream, port_of};
@@ -192,6 +193,32 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
         )?))),
         None => None,
     };
+    let admin_tls = match &config.admin.tls {
+        Some(t) => {
+            let clients = config
+                .admin
+                .client_ca_file
+                .as_deref()
+                .map(|ca| reloader.client_cas(&[ca]))
+                .transpose()?
+                .map(|v| v as Arc<dyn rustls::server::danger::ClientCertVerifier>);
+            Some(TlsAcceptor::from(Arc::new(tls::server_config(
+                reloader.serving_cert(&t.cert, &t.key)?,
+                clients,
+            )?)))
+        }
+        None => None,
+    };
+    let delegated = config.admin.tls.as_ref().map(|_| {
+        Arc::new(Delegated::new(
+            local.clone(),
+            DelegatedSettings {
+                always_allow: config.admin.always_allow.clone(),
+                token_file: config.admin.token_file.clone(),
+                cache_ttl: config.admin.cache_ttl,
+            },
+        ))
+    });
     let listener = server::bind(config.listen).await?;
     let admin_listener = server::bind(config.admin_listen).await?;
     let listen = listener.local_addr()?;
@@ -254,6 +281,7 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
         cache: cache.clone(),
         registry: Arc::new(registry),
         readiness,
+        delegated,
     };
     let tasks = tokio::spawn({
         let shutdown = shutdown.clone();
@@ -263,7 +291,12 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
                 peer_source.map(|source| tokio::spawn(source.run(cache.clone(), shutdown.clone())));
             let refresher = tokio::spawn(cache.run(shutdown.clone()));
             let reloads = tokio::spawn(reloader.run(shutdown.clone()));
-            let admin = tokio::spawn(admin::serve(admin_listener, admin, shutdown.clone()));
+            let admin = tokio::spawn(admin::serve(
+                admin_listener,
+                admin_tls,
+                admin,
+                shutdown.clone(),
+            ));
             server::serve(listener, acceptor, app, shutdown.clone()).await;
             let _ = tokio::join!(refresher, admin, reloads);
             if let Some(peers) = peers {

@@ -184,6 +184,36 @@ pub struct ServeArgs {
     /// ones count as "other" [default: 100]
     #[arg(long)]
     pub max_tracked_clients: Option<u64>,
+    /// Serve the admin listener over TLS with this certificate (PEM); every request is then
+    /// authenticated and authorized by the local API server (TokenReview, SubjectAccessReview)
+    #[arg(long)]
+    pub admin_tls_cert_file: Option<PathBuf>,
+    /// Key of --admin-tls-cert-file
+    #[arg(long)]
+    pub admin_tls_key_file: Option<PathBuf>,
+    /// CA of client certificates accepted on the admin listener (user = CN, groups = O)
+    #[arg(long)]
+    pub admin_client_ca_file: Option<PathBuf>,
+    /// Admin paths anyone may get, comma-separated, a trailing * for a prefix; "" for none [default: /healthz,/readyz,/livez]
+    #[arg(long)]
+    pub admin_always_allow_paths: Option<String>,
+    /// Bearer token mvproxy presents to the local API server for its reviews [default: the in-cluster ServiceAccount token, if present]
+    #[arg(long)]
+    pub admin_auth_token_file: Option<PathBuf>,
+    /// Seconds an admin authentication or authorization decision is cached [default: 10]
+    #[arg(long)]
+    pub admin_auth_cache_ttl_seconds: Option<u64>,
+}
+
+/// The admin listener's security (see [`crate::delegated`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdminSecurity {
+    /// `None`: plain HTTP, loopback only, no authentication.
+    pub tls: Option<ServingTls>,
+    pub client_ca_file: Option<PathBuf>,
+    pub always_allow: Vec<String>,
+    pub token_file: Option<PathBuf>,
+    pub cache_ttl: Duration,
 }
 
 /// Scheme of peer addresses read from Leases or EndpointSlices.
@@ -254,6 +284,7 @@ pub struct Config {
     pub limits: Limits,
     /// Clients named by `crate::readiness` before the rest count as `other`.
     pub max_tracked_clients: usize,
+    pub admin: AdminSecurity,
 }
 
 impl ServeArgs {
@@ -340,7 +371,102 @@ impl ServeArgs {
                 .or(file.max_discovery_document_bytes),
             max_connections: self.max_connections.or(file.max_connections),
             max_tracked_clients: self.max_tracked_clients.or(file.max_tracked_clients),
+            admin_tls_cert_file: self.admin_tls_cert_file.or(file.admin_tls_cert_file),
+            admin_tls_key_file: self.admin_tls_key_file.or(file.admin_tls_key_file),
+            admin_client_ca_file: self.admin_client_ca_file.or(file.admin_client_ca_file),
+            admin_always_allow_paths: self
+                .admin_always_allow_paths
+                .or(file.admin_always_allow_paths),
+            admin_auth_token_file: self.admin_auth_token_file.or(file.admin_auth_token_file),
+            admin_auth_cache_ttl_seconds: self
+                .admin_auth_cache_ttl_seconds
+                .or(file.admin_auth_cache_ttl_seconds),
         }
+    }
+
+    /// Plain HTTP only on loopback; over TLS, delegated authentication and authorization.
+    fn admin_security(&self, admin_listen: SocketAddr) -> Result<AdminSecurity, ConfigError> {
+        let tls = match (&self.admin_tls_cert_file, &self.admin_tls_key_file) {
+            (Some(cert), Some(key)) => {
+                readable("admin-tls-cert-file", cert)?;
+                readable("admin-tls-key-file", key)?;
+                Some(ServingTls {
+                    cert: cert.clone(),
+                    key: key.clone(),
+                })
+            }
+            (None, None) => None,
+            (Some(_), None) => {
+                return Err(err(
+                    "admin-tls-key-file",
+                    "required with --admin-tls-cert-file",
+                ));
+            }
+            (None, Some(_)) => {
+                return Err(err(
+                    "admin-tls-cert-file",
+                    "required with --admin-tls-key-file",
+                ));
+            }
+        };
+        if tls.is_none() {
+            if !admin_listen.ip().is_loopback() {
+                return Err(err(
+                    "admin-listen",
+                    format!(
+                        "{admin_listen} is not a loopback address: plain HTTP admin endpoints are for loopback only; serve them over TLS (--admin-tls-cert-file, --admin-tls-key-file), authenticated and authorized by the local API server"
+                    ),
+                ));
+            }
+            if self.admin_client_ca_file.is_some() {
+                return Err(err(
+                    "admin-client-ca-file",
+                    "needs --admin-tls-cert-file: client certificates need TLS",
+                ));
+            }
+        }
+        if let Some(ca) = &self.admin_client_ca_file {
+            readable("admin-client-ca-file", ca)?;
+        }
+        let always_allow = match &self.admin_always_allow_paths {
+            None => vec![
+                "/healthz".to_owned(),
+                "/readyz".to_owned(),
+                "/livez".to_owned(),
+            ],
+            Some(list) => {
+                let paths: Vec<String> = list
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|p| !p.is_empty())
+                    .map(str::to_owned)
+                    .collect();
+                if let Some(bad) = paths.iter().find(|p| !p.starts_with('/')) {
+                    return Err(err(
+                        "admin-always-allow-paths",
+                        format!("{bad:?} is not a path (starts with /)"),
+                    ));
+                }
+                paths
+            }
+        };
+        let token_file = match &self.admin_auth_token_file {
+            Some(f) => {
+                readable("admin-auth-token-file", f)?;
+                Some(f.clone())
+            }
+            None => Some(PathBuf::from(SERVICE_ACCOUNT_TOKEN)).filter(|p| p.exists()),
+        };
+        Ok(AdminSecurity {
+            tls,
+            client_ca_file: self.admin_client_ca_file.clone(),
+            always_allow,
+            token_file,
+            cache_ttl: match self.admin_auth_cache_ttl_seconds.unwrap_or(10) {
+                0 => return Err(err("admin-auth-cache-ttl-seconds", "must be at least 1")),
+                s => Duration::from_secs(s),
+            },
+        })
     }
 
     fn validate(self) -> Result<Config, ConfigError> {
@@ -349,6 +475,7 @@ impl ServeArgs {
             "admin-listen",
             self.admin_listen.as_deref().unwrap_or("127.0.0.1:9090"),
         )?;
+        let admin = self.admin_security(admin_listen)?;
         if listen == admin_listen && listen.port() != 0 {
             return Err(err(
                 "admin-listen",
@@ -596,6 +723,7 @@ impl ServeArgs {
             ));
         }
         Ok(Config {
+            admin,
             listen,
             admin_listen,
             local,

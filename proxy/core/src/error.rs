@@ -69,6 +69,11 @@ pub enum ProxyError {
         "the request body is larger than the limit of {limit} bytes (--max-request-body-bytes)"
     )]
     BodyTooLarge { limit: u64 },
+    /// Reading the client's request body failed (a malformed chunk, a connection closed or an
+    /// HTTP/2 stream reset mid-body): the client's fault, so a `400` that client-go does not
+    /// retry, and never an upstream's failure.
+    #[error("the request body could not be read: {cause}")]
+    ClientBody { cause: String },
     /// A new connection arrived while `--max-connections` were open; it is closed after this.
     #[error(
         "mvproxy is serving its maximum of {limit} connections (--max-connections); retry later"
@@ -86,7 +91,7 @@ impl ProxyError {
             | Self::PeerUpstreamMissing { .. }
             | Self::TooManyConnections { .. } => StatusCode::SERVICE_UNAVAILABLE,
             Self::Timeout { .. } => StatusCode::GATEWAY_TIMEOUT,
-            Self::BadRequest(_) => StatusCode::BAD_REQUEST,
+            Self::BadRequest(_) | Self::ClientBody { .. } => StatusCode::BAD_REQUEST,
             Self::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
         }
     }
@@ -100,7 +105,7 @@ impl ProxyError {
             | Self::PeerUpstreamMissing { .. }
             | Self::TooManyConnections { .. } => "ServiceUnavailable",
             Self::Timeout { .. } => "Timeout",
-            Self::BadRequest(_) => "BadRequest",
+            Self::BadRequest(_) | Self::ClientBody { .. } => "BadRequest",
             Self::BodyTooLarge { .. } => "RequestEntityTooLarge",
         }
     }
@@ -113,18 +118,25 @@ impl ProxyError {
             | Self::SurfaceUnknown { .. }
             | Self::PeerUpstreamMissing { .. } => Some(values::ENDPOINT_RESOLUTION),
             Self::Transport { .. } | Self::Timeout { .. } => Some(values::PROXY_TRANSPORT),
-            Self::BadRequest(_) | Self::BodyTooLarge { .. } | Self::TooManyConnections { .. } => {
-                None
-            }
+            Self::BadRequest(_)
+            | Self::ClientBody { .. }
+            | Self::BodyTooLarge { .. }
+            | Self::TooManyConnections { .. } => None,
         }
     }
 
     /// Seconds a client should wait before retrying, for the retryable errors.
     fn retry_after(&self) -> Option<u32> {
         match self {
-            Self::BadRequest(_) | Self::BodyTooLarge { .. } => None,
+            Self::BadRequest(_) | Self::ClientBody { .. } | Self::BodyTooLarge { .. } => None,
             _ => Some(1),
         }
+    }
+
+    /// Whether the client caused it (a `4xx`): such a failure says nothing about any
+    /// upstream, so it is neither logged nor counted as one.
+    pub fn is_client_error(&self) -> bool {
+        self.status().is_client_error()
     }
 
     /// The response: a Kubernetes `Status` JSON body with the status code and reason above.
@@ -218,6 +230,14 @@ mod tests {
             ),
             (ProxyError::BadRequest("x".into()), 400, "BadRequest", None),
             (
+                ProxyError::ClientBody {
+                    cause: "Invalid chunk size line".into(),
+                },
+                400,
+                "BadRequest",
+                None,
+            ),
+            (
                 ProxyError::PeerUpstreamMissing {
                     peer: ServerName::from("apiserver-b"),
                 },
@@ -252,10 +272,20 @@ mod tests {
             "1",
             "client-go retries it"
         );
-        let big = ProxyError::BodyTooLarge { limit: 10 }.to_response();
-        assert!(
-            !big.headers().contains_key(header::RETRY_AFTER),
-            "retrying cannot help"
-        );
+        for refused in [
+            ProxyError::BodyTooLarge { limit: 10 },
+            ProxyError::ClientBody {
+                cause: "connection closed before message completed".into(),
+            },
+        ] {
+            assert!(
+                !refused
+                    .to_response()
+                    .headers()
+                    .contains_key(header::RETRY_AFTER),
+                "retrying cannot help: {refused}"
+            );
+            assert!(refused.is_client_error(), "{refused}");
+        }
     }
 }

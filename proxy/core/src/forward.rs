@@ -30,6 +30,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use crate::discovery::ServerName;
 use crate::error::{ProxyError, TransportFailure};
 use crate::h2pool::{H2Pool, UpstreamBody};
+use crate::limits::{BodyTooLarge, ClientBodyFailed};
 use crate::route::PEER_PROXIED;
 
 /// Boxed error of a streamed body.
@@ -108,6 +109,27 @@ impl tower_service::Service<Name> for Resolver {
         let lookup = self.0.call(name);
         Box::pin(async move { lookup.await.map_err(|source| ResolveError { host, source }) })
     }
+}
+
+/// A failed request that was the client's fault, by the types in its source chain: its body
+/// went over the limit (`413`) or could not be read (`400`). hyper reports a request body
+/// that failed as a failed request; without this the upstream would be blamed.
+fn client_fault(e: &(dyn StdError + 'static)) -> Option<ProxyError> {
+    let mut cur = Some(e);
+    while let Some(err) = cur {
+        if let Some(too_large) = err.downcast_ref::<BodyTooLarge>() {
+            return Some(ProxyError::BodyTooLarge {
+                limit: too_large.limit,
+            });
+        }
+        if let Some(failed) = err.downcast_ref::<ClientBodyFailed>() {
+            return Some(ProxyError::ClientBody {
+                cause: failed.cause.clone(),
+            });
+        }
+        cur = err.source();
+    }
+    None
 }
 
 /// What kind of transport failure `e` is, by the types in its source chain.
@@ -298,6 +320,16 @@ impl Upstream {
         Ok((parts.status, parts.headers, body))
     }
 
+    /// Sends mvproxy's own request `req` (its path and query, against this upstream).
+    pub async fn request(
+        &self,
+        mut req: Request<Body>,
+    ) -> Result<Response<hyper::body::Incoming>, ProxyError> {
+        let path_and_query = req.uri().path_and_query().map(|pq| pq.as_str().to_owned());
+        *req.uri_mut() = self.uri_for(path_and_query.as_deref())?;
+        self.send(req).await
+    }
+
     /// GETs `path` with `headers`; the body is left streaming (a watch).
     pub async fn open(
         &self,
@@ -347,6 +379,9 @@ impl Upstream {
         match tokio::time::timeout(self.response_header_timeout, self.send_on_pool(req)).await {
             Ok(Ok(resp)) => Ok(resp),
             Ok(Err(e)) => {
+                if let Some(client) = client_fault(e.as_ref()) {
+                    return Err(client);
+                }
                 if self.insecure_skip_verify {
                     tracing::warn!(upstream = %self.name, url = %self.base, "connection failed while TLS verification is off (--insecure-skip-tls-verify): this upstream's certificate is not checked");
                 }

@@ -153,7 +153,7 @@ impl Authenticator {
 }
 
 /// The certificate's subject CN and O values.
-fn subject(cert: &CertificateDer<'_>) -> Option<(String, Vec<String>)> {
+pub fn subject(cert: &CertificateDer<'_>) -> Option<(String, Vec<String>)> {
     let (_, parsed) = x509_parser::parse_x509_certificate(cert.as_ref()).ok()?;
     let subject = parsed.subject();
     let cn = subject

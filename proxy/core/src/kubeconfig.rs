@@ -172,6 +172,16 @@ pub fn load(path: &Path) -> Result<KubeConfig, KubeconfigError> {
 }
 
 fn parse(path: &Path, text: &str) -> Result<KubeConfig, KubeconfigError> {
+    parse_with(path, text, &|f: &Path| std::fs::read(f))
+}
+
+/// Reads the current context of `text`, the contents of the kubeconfig at `path`, with
+/// `read_file` reading the files it names (the parser alone, for tests and fuzzing).
+pub fn parse_with(
+    path: &Path,
+    text: &str,
+    read_file: &dyn Fn(&Path) -> std::io::Result<Vec<u8>>,
+) -> Result<KubeConfig, KubeconfigError> {
     let file: File = serde_yaml_ng::from_str(text).map_err(|source| KubeconfigError::Parse {
         path: path.to_owned(),
         source,
@@ -205,7 +215,7 @@ fn parse(path: &Path, text: &str) -> Result<KubeConfig, KubeconfigError> {
                 }),
             (None, Some(f)) => {
                 let f = dir.join(f);
-                std::fs::read(&f)
+                read_file(&f)
                     .map(Some)
                     .map_err(|source| KubeconfigError::Referenced {
                         path: path.to_owned(),

@@ -36,6 +36,7 @@ pub mod admin;
 pub mod app;
 pub mod classify;
 pub mod config;
+pub mod delegated;
 pub mod discovery;
 pub mod error;
 pub mod forward;

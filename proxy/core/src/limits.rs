@@ -41,8 +41,8 @@
 
 use std::convert::Infallible;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -353,7 +353,8 @@ fn drain(mut body: Incoming, version: http::Version) {
     });
 }
 
-/// A request body that fails once more than its limit has streamed through.
+/// A request body that fails once more than its limit has streamed through, and that tells
+/// a failure to read the client's body apart from an upstream's (see [`BodyLimit::explain`]).
 #[derive(Debug)]
 pub struct LimitedBody {
     /// `None` once the limit was passed (the rest is being drained).
@@ -362,14 +363,29 @@ pub struct LimitedBody {
     /// Bytes still allowed.
     remaining: u64,
     limit: u64,
-    tripped: Arc<AtomicBool>,
+    failed: Arc<OnceLock<BodyFailure>>,
 }
 
-/// The error a [`LimitedBody`] fails with.
+/// How a client's request body failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum BodyFailure {
+    TooLarge,
+    Read(String),
+}
+
+/// The error a [`LimitedBody`] fails with when the body goes over its limit.
 #[derive(Debug, thiserror::Error)]
 #[error("the request body is larger than {limit} bytes")]
 pub struct BodyTooLarge {
     pub limit: u64,
+}
+
+/// The error a [`LimitedBody`] fails with when reading the client's body failed: a malformed
+/// chunk, a connection closed or an HTTP/2 stream reset before the body's end.
+#[derive(Debug, thiserror::Error)]
+#[error("reading the client's request body: {cause}")]
+pub struct ClientBodyFailed {
+    pub cause: String,
 }
 
 impl HttpBody for LimitedBody {
@@ -389,7 +405,7 @@ impl HttpBody for LimitedBody {
                 if let Some(data) = frame.data_ref() {
                     let len = data.len() as u64;
                     if len > this.remaining {
-                        this.tripped.store(true, Ordering::Release);
+                        let _ = this.failed.set(BodyFailure::TooLarge);
                         if let Some(rest) = this.inner.take() {
                             drain(rest, this.version);
                         }
@@ -401,7 +417,11 @@ impl HttpBody for LimitedBody {
                 }
                 Poll::Ready(Some(Ok(frame)))
             }
-            Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(Box::new(e)))),
+            Poll::Ready(Some(Err(e))) => {
+                let cause = crate::forward::causes(&e);
+                let _ = this.failed.set(BodyFailure::Read(cause.clone()));
+                Poll::Ready(Some(Err(Box::new(ClientBodyFailed { cause }))))
+            }
             Poll::Ready(None) => Poll::Ready(None),
             Poll::Pending => Poll::Pending,
         }
@@ -418,21 +438,26 @@ impl HttpBody for LimitedBody {
     }
 }
 
-/// Tells, after the request was forwarded, whether its body went over the limit.
+/// Tells, after the request was forwarded, whether its body failed on the client's side.
 #[derive(Debug)]
 pub struct BodyLimit {
     limit: u64,
-    tripped: Arc<AtomicBool>,
+    failed: Arc<OnceLock<BodyFailure>>,
 }
 
 impl BodyLimit {
-    /// A failure to forward caused by the body going over the limit becomes the `413`.
+    /// A failure to forward while the client's body had failed is the client's: the `413` of
+    /// a body over the limit, or the `400` of a body that could not be read, whatever the
+    /// upstream connection reported after it was aborted.
     pub fn explain<T>(&self, result: Result<T, ProxyError>) -> Result<T, ProxyError> {
-        match result {
-            Err(_) if self.tripped.load(Ordering::Acquire) => {
+        match (result, self.failed.get()) {
+            (Err(_), Some(BodyFailure::TooLarge)) => {
                 Err(ProxyError::BodyTooLarge { limit: self.limit })
             }
-            other => other,
+            (Err(_), Some(BodyFailure::Read(cause))) => Err(ProxyError::ClientBody {
+                cause: cause.clone(),
+            }),
+            (other, _) => other,
         }
     }
 }
@@ -458,15 +483,15 @@ pub fn limit_body(
         drain(req.into_body(), version);
         return Err(ProxyError::BodyTooLarge { limit });
     }
-    let tripped = Arc::new(AtomicBool::new(false));
+    let failed = Arc::new(OnceLock::new());
     let req = req.map(|inner| LimitedBody {
         inner: Some(inner),
         version,
         remaining: limit,
         limit,
-        tripped: tripped.clone(),
+        failed: failed.clone(),
     });
-    Ok((req, BodyLimit { limit, tripped }))
+    Ok((req, BodyLimit { limit, failed }))
 }
 
 #[cfg(test)]

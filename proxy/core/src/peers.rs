@@ -310,8 +310,12 @@ fn expired(spec: &Value, now: SystemTime) -> bool {
     ) else {
         return false;
     };
+    // checked: a Lease's duration is the cluster's data, and `SystemTime + Duration` panics
+    // on overflow (a duration past the end of time never expires)
     match humantime::parse_rfc3339_weak(renew) {
-        Ok(renewed) => renewed + Duration::from_secs(duration) < now,
+        Ok(renewed) => renewed
+            .checked_add(Duration::from_secs(duration))
+            .is_some_and(|end| end < now),
         Err(_) => false,
     }
 }
@@ -441,6 +445,18 @@ mod tests {
             }],
             "self, expired, address-less, holder-less and unlabelled leases are skipped"
         );
+    }
+
+    #[test]
+    fn a_lease_duration_past_the_end_of_time_never_expires_and_panics_nothing() {
+        let forever = lease("apiserver-b", "b_1", 5, u64::MAX, Some("10.0.0.2:6443"));
+        let peers = peers_from_leases(
+            [&forever].into_iter(),
+            &"a".into(),
+            "https",
+            SystemTime::now(),
+        );
+        assert_eq!(peers.len(), 1, "{peers:?}");
     }
 
     #[test]

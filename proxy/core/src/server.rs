@@ -92,7 +92,12 @@ pub async fn handle(
     let result = respond(&app, &snap, &span, &info, &route, req).await;
     let resp = result.unwrap_or_else(|e| {
         spans::failed(&span, &e);
-        tracing::warn!(error = %e, %method, %path, route = route.kind(), "request failed");
+        if e.is_client_error() {
+            // The client's own fault (its body): no upstream failed.
+            tracing::info!(error = %e, %method, %path, route = route.kind(), "request refused");
+        } else {
+            tracing::warn!(error = %e, %method, %path, route = route.kind(), "request failed");
+        }
         record_proxy_error(&app.metrics, &info, &route, &e);
         e.to_response().map(full)
     });

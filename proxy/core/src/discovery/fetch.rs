@@ -244,7 +244,7 @@ async fn get(f: &Fetch<'_>, path: &str, accept: &str) -> Result<Document, FetchE
 }
 
 /// `Some(true)` for v2, `Some(false)` for v2beta1, `None` for anything else.
-fn aggregated_version(headers: &HeaderMap) -> Option<bool> {
+pub fn aggregated_version(headers: &HeaderMap) -> Option<bool> {
     let ct = headers.get(header::CONTENT_TYPE)?.to_str().ok()?;
     let mut params = ct
         .split(';')

@@ -1,0 +1,855 @@
+//! A chaos soak of mvproxy (run by `scripts/soak.sh`; not a test: it takes minutes and its
+//! verdict rests on measurements).
+//!
+//! Three nodes, each a stand-in API server (`apiserver-1` and `apiserver-3` serve 1.34's API
+//! surface, `apiserver-2` 1.31's) behind a real `mvproxy` process that has the other two
+//! proxies as peers (`mvproxy-1` reaches `apiserver-2` through a relay that can stall). A steady
+//! mixed load (lists, creates, short watches, `GET /apis`, and GVRs only a peer serves) goes
+//! through a load balancer that spreads it over the nodes in rotation, while a schedule kills
+//! and restarts API servers and proxies (`SIGKILL`, and one `SIGTERM`), and stalls the peer
+//! hop. As a load balancer with health checks does, a node leaves the rotation before its
+//! API server or proxy is stopped and comes back once its proxy is ready; the peers get no
+//! such warning, which is what the soak is about.
+//!
+//! It checks, and prints: every request answered; a GVR the picked node's API server serves
+//! always `200`/`201`; a GVR only a peer serves `200`, or `503`/`504` with `Retry-After` (the
+//! stalled hop's requests time out: `504`), never `404`; `mvproxy-1` (never restarted): RSS and
+//! open file descriptors flat after warm-up (the last tenth of the run within 10 % of the
+//! tenth just after warm-up: RSS by its median, descriptors by the fewest open, which leaves
+//! out the sockets of requests in flight); no panic line in any proxy log; every proxy exits
+//! 0 on `SIGTERM`. Exit code 0 when all hold, 1 otherwise.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use clap::Parser;
+use http::{Method, Request, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use mvproxy_standin::{Running as StandInRunning, StandIn};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::process::{Child, Command};
+use tokio::sync::watch;
+
+const APIS_134: &str =
+    include_str!("../../fixtures/discovery/kube-apiserver-1.34-dev/aggregated_v2.json");
+const APIS_131: &str =
+    include_str!("../../fixtures/discovery/kube-apiserver-1.31-dev/aggregated_v2.json");
+
+/// Served by both releases' stand-ins.
+const CONFIGMAPS: &str = "/api/v1/namespaces/soak/configmaps";
+const PODS: &str = "/api/v1/namespaces/soak/pods";
+/// Only 1.31 serves it (only `apiserver-2`).
+const OLD_ONLY: &str = "/apis/resource.k8s.io/v1alpha3/namespaces/soak/podschedulingcontexts";
+/// Only 1.34 serves it (`apiserver-1` and `apiserver-3`).
+const NEW_ONLY: &str = "/apis/coordination.k8s.io/v1beta1/namespaces/soak/leasecandidates";
+const ACCEPT_V2: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
+
+/// Longest wait for one request, or for a process to become ready or exit.
+const PATIENCE: Duration = Duration::from_secs(20);
+/// How long an event keeps its component down (or the hop stalled).
+const DOWN: Duration = Duration::from_secs(3);
+/// Steady load between events.
+const STEADY: Duration = Duration::from_secs(4);
+/// Growth allowed for RSS and open file descriptors after warm-up.
+const MAX_GROWTH: f64 = 0.10;
+
+#[derive(Parser)]
+#[command(about = "Chaos soak of mvproxy: three nodes, steady load, kills, restarts and stalls")]
+struct Args {
+    /// How long the load runs (e.g. 60s, 10m)
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+    duration: Duration,
+    /// Requests per second over the three nodes
+    #[arg(long, default_value_t = 100)]
+    rate: u32,
+    /// The mvproxy binary
+    #[arg(long)]
+    mvproxy: PathBuf,
+    /// Directory for the proxies' logs
+    #[arg(long)]
+    logs: PathBuf,
+}
+
+// === the nodes ===
+
+/// What the load balancer knows of a node.
+struct Rotation {
+    name: String,
+    listen: SocketAddr,
+    /// The GVR only peers serve, seen from this node.
+    peer_only: &'static str,
+    in_rotation: AtomicBool,
+    in_flight: AtomicUsize,
+    /// A new pool per proxy process, so no request rides a dead process's connection.
+    client: Mutex<Client<HttpConnector, Full<Bytes>>>,
+}
+
+fn new_client() -> Client<HttpConnector, Full<Bytes>> {
+    // Idle connections are closed soon, so the proxies' open descriptors follow the load
+    // rather than the load balancer's pool.
+    Client::builder(TokioExecutor::new())
+        .pool_idle_timeout(Duration::from_secs(2))
+        .build_http()
+}
+
+struct Node {
+    apis: &'static str,
+    api_addr: SocketAddr,
+    admin: SocketAddr,
+    peers: Vec<String>,
+    standin: Option<StandInRunning>,
+    proxy: Option<Child>,
+    generation: usize,
+    rotation: Arc<Rotation>,
+}
+
+fn free_addr() -> SocketAddr {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free loopback port")
+}
+
+impl Node {
+    fn name(&self) -> &str {
+        &self.rotation.name
+    }
+
+    async fn start_api(&mut self) {
+        let mut err = None;
+        // the port was just released by the previous server: retry briefly
+        for _ in 0..50 {
+            let standin = StandIn::new(self.name(), self.apis).expect("fixture parses");
+            match standin.start(self.api_addr).await {
+                Ok(r) => {
+                    self.standin = Some(r);
+                    return;
+                }
+                Err(e) => err = Some(e),
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("{}: API server did not restart: {err:?}", self.name());
+    }
+
+    async fn stop_api(&mut self) {
+        if let Some(s) = self.standin.take() {
+            s.shutdown().await;
+        }
+    }
+
+    fn start_proxy(&mut self, bin: &Path, logs: &Path) {
+        self.generation += 1;
+        let log = logs.join(format!("{}.{}.log", self.proxy_name(), self.generation));
+        let file = std::fs::File::create(&log).expect("log file");
+        let mut cmd = Command::new(bin);
+        cmd.arg("serve")
+            .args(["--server-id", self.name()])
+            .args(["--local", &format!("http://{}", self.api_addr)])
+            .args(["--listen", &self.rotation.listen.to_string()])
+            .args(["--admin-listen", &self.admin.to_string()])
+            .args(["--refresh-interval-seconds", "2"])
+            .args(["--connect-timeout-seconds", "1"])
+            .args(["--response-header-timeout-seconds", "3"])
+            .args(["--log-format", "json"]);
+        for p in &self.peers {
+            cmd.args(["--peer", p]);
+        }
+        let child = cmd
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(file)
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn mvproxy");
+        self.proxy = Some(child);
+        *self.rotation.client.lock().expect("client lock") = new_client();
+    }
+
+    fn proxy_name(&self) -> String {
+        self.name().replace("apiserver", "mvproxy")
+    }
+
+    fn pid(&self) -> Option<u32> {
+        self.proxy.as_ref().and_then(Child::id)
+    }
+
+    /// Waits until the proxy is ready and sees its own API server up.
+    async fn wait_ready(&self) {
+        let url = format!("http://{}/debug/discovery", self.admin);
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            if let Ok((StatusCode::OK, body)) = get(&new_client(), &url, &[]).await
+                && let Ok(v) = serde_json::from_slice::<serde_json::Value>(&body)
+                && v["servers"]
+                    .as_array()
+                    .is_some_and(|s| s.iter().any(|s| s["local"] == true && s["up"] == true))
+            {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{} never became ready",
+                self.proxy_name()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Takes the node out of rotation and waits for its requests in flight to finish.
+    async fn drain(&self) {
+        self.rotation.in_rotation.store(false, Ordering::SeqCst);
+        let deadline = Instant::now() + PATIENCE;
+        while self.rotation.in_flight.load(Ordering::SeqCst) > 0 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    fn rejoin(&self) {
+        self.rotation.in_rotation.store(true, Ordering::SeqCst);
+    }
+
+    async fn kill_proxy(&mut self) {
+        if let Some(mut c) = self.proxy.take() {
+            let _ = c.kill().await;
+        }
+    }
+
+    /// SIGTERM, then the exit status (bounded).
+    async fn terminate_proxy(&mut self) -> Result<(), String> {
+        let Some(mut child) = self.proxy.take() else {
+            return Err("not running".to_owned());
+        };
+        let Some(pid) = child.id() else {
+            return Err("already exited".to_owned());
+        };
+        let sent = std::process::Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status()
+            .map_err(|e| e.to_string())?;
+        if !sent.success() {
+            return Err("kill -TERM failed".to_owned());
+        }
+        match tokio::time::timeout(PATIENCE, child.wait()).await {
+            Ok(Ok(s)) if s.success() => Ok(()),
+            Ok(Ok(s)) => Err(format!("exited with {s}")),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => {
+                let _ = child.kill().await;
+                Err(format!("still running {PATIENCE:?} after SIGTERM"))
+            }
+        }
+    }
+}
+
+// === a relay that can stall ===
+
+/// A TCP relay to `target`; while stalled, nothing more clients send gets through (on old and
+/// new connections), so no answer comes back: a wedged peer.
+async fn relay(target: SocketAddr) -> (SocketAddr, watch::Sender<bool>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind relay");
+    let addr = listener.local_addr().expect("relay address");
+    let (stalled, rx) = watch::channel(false);
+    tokio::spawn(async move {
+        while let Ok((client, _)) = listener.accept().await {
+            tokio::spawn(pipe(client, target, rx.clone()));
+        }
+    });
+    (addr, stalled)
+}
+
+async fn pipe(client: TcpStream, target: SocketAddr, mut stalled: watch::Receiver<bool>) {
+    let Ok(server) = TcpStream::connect(target).await else {
+        return;
+    };
+    let (mut client_r, mut client_w) = client.into_split();
+    let (mut server_r, mut server_w) = server.into_split();
+    let up = async move {
+        let mut buf = vec![0u8; 16 << 10];
+        loop {
+            let n = match client_r.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => n,
+            };
+            if stalled.wait_for(|s| !*s).await.is_err() {
+                return;
+            }
+            if server_w.write_all(&buf[..n]).await.is_err() {
+                return;
+            }
+        }
+    };
+    let down = async move {
+        let _ = tokio::io::copy(&mut server_r, &mut client_w).await;
+    };
+    tokio::join!(up, down);
+}
+
+// === the load ===
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Kind {
+    /// A GVR the node's own API server serves.
+    Local,
+    /// A GVR only a peer serves.
+    PeerOnly,
+    /// `GET /apis`, merged by the proxy.
+    Discovery,
+    /// A short watch of a local GVR.
+    Watch,
+}
+
+#[derive(Default)]
+struct Stats {
+    sent: u64,
+    /// (kind, code) → count; code 0: no answer.
+    codes: BTreeMap<(Kind, u16), u64>,
+    violations: Vec<String>,
+}
+
+impl Stats {
+    fn record(&mut self, kind: Kind, code: u16, violation: Option<String>) {
+        *self.codes.entry((kind, code)).or_default() += 1;
+        if let Some(v) = violation
+            && self.violations.len() < 20
+        {
+            self.violations.push(v);
+        }
+    }
+
+    fn count(&self, kind: Kind, ok: impl Fn(u16) -> bool) -> u64 {
+        self.codes
+            .iter()
+            .filter(|((k, c), _)| *k == kind && ok(*c))
+            .map(|(_, n)| n)
+            .sum()
+    }
+}
+
+async fn get(
+    client: &Client<HttpConnector, Full<Bytes>>,
+    url: &str,
+    headers: &[(&str, &str)],
+) -> Result<(StatusCode, Bytes), String> {
+    let (status, _, body) = send(client, Method::GET, url, headers, Bytes::new()).await?;
+    Ok((status, body))
+}
+
+async fn send(
+    client: &Client<HttpConnector, Full<Bytes>>,
+    method: Method,
+    url: &str,
+    headers: &[(&str, &str)],
+    body: Bytes,
+) -> Result<(StatusCode, http::HeaderMap, Bytes), String> {
+    let mut req = Request::builder().method(method).uri(url);
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let req = req.body(Full::new(body)).map_err(|e| e.to_string())?;
+    let fut = async {
+        let resp = client.request(req).await.map_err(|e| e.to_string())?;
+        let (parts, body) = resp.into_parts();
+        let body = body.collect().await.map_err(|e| e.to_string())?.to_bytes();
+        Ok((parts.status, parts.headers, body))
+    };
+    tokio::time::timeout(PATIENCE, fut)
+        .await
+        .map_err(|_| format!("no answer within {PATIENCE:?}"))?
+}
+
+/// One request to a node in rotation, checked.
+async fn one(node: Arc<Rotation>, seq: u64, stats: Arc<Mutex<Stats>>) {
+    let base = format!("http://{}", node.listen);
+    let roll = fastrand::u32(..100);
+    let json = ("content-type", "application/json");
+    let (kind, method, url, headers, body) = match roll {
+        0..30 => (
+            Kind::Local,
+            Method::GET,
+            format!("{base}{CONFIGMAPS}"),
+            vec![],
+            Bytes::new(),
+        ),
+        30..40 => (
+            Kind::Local,
+            Method::GET,
+            format!("{base}{PODS}"),
+            vec![],
+            Bytes::new(),
+        ),
+        40..50 => {
+            let cm = serde_json::json!({
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": format!("soak-{seq}"), "namespace": "soak"},
+                "data": {"seq": seq.to_string()},
+            });
+            let url = format!("{base}{CONFIGMAPS}");
+            (
+                Kind::Local,
+                Method::POST,
+                url,
+                vec![json],
+                Bytes::from(cm.to_string()),
+            )
+        }
+        50..60 => {
+            let url = format!("{base}{CONFIGMAPS}?watch=true&timeoutSeconds=1");
+            (Kind::Watch, Method::GET, url, vec![], Bytes::new())
+        }
+        60..70 => {
+            let url = format!("{base}/apis");
+            (
+                Kind::Discovery,
+                Method::GET,
+                url,
+                vec![("accept", ACCEPT_V2)],
+                Bytes::new(),
+            )
+        }
+        _ => {
+            let url = format!("{base}{}", node.peer_only);
+            (Kind::PeerOnly, Method::GET, url, vec![], Bytes::new())
+        }
+    };
+    let client = node.client.lock().expect("client lock").clone();
+    let result = send(&client, method.clone(), &url, &headers, body).await;
+    node.in_flight.fetch_sub(1, Ordering::SeqCst);
+    let what = format!("{} {method} {url}", node.name);
+    let (code, violation) = match result {
+        Err(e) => (0, Some(format!("{what}: no answer: {e}"))),
+        Ok((status, headers, body)) => {
+            let code = status.as_u16();
+            let retry_after = headers.contains_key(http::header::RETRY_AFTER);
+            let ok = match kind {
+                Kind::Local | Kind::Watch | Kind::Discovery => matches!(code, 200 | 201),
+                Kind::PeerOnly => code == 200 || (matches!(code, 503 | 504) && retry_after),
+            };
+            let violation = (!ok).then(|| {
+                let text = String::from_utf8_lossy(&body[..body.len().min(300)]).into_owned();
+                format!("{what}: {code} (Retry-After: {retry_after}): {text}")
+            });
+            (code, violation)
+        }
+    };
+    stats
+        .lock()
+        .expect("stats lock")
+        .record(kind, code, violation);
+}
+
+/// Sends `rate` requests per second over the nodes in rotation, round robin, until `stop`.
+async fn load(
+    nodes: Vec<Arc<Rotation>>,
+    rate: u32,
+    stats: Arc<Mutex<Stats>>,
+    stop: watch::Receiver<bool>,
+) {
+    let mut tick = tokio::time::interval(Duration::from_secs(1) / rate.max(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut tasks = tokio::task::JoinSet::new();
+    let mut seq = 0u64;
+    while !*stop.borrow() {
+        tick.tick().await;
+        seq += 1;
+        let up: Vec<&Arc<Rotation>> = nodes
+            .iter()
+            .filter(|n| n.in_rotation.load(Ordering::SeqCst))
+            .collect();
+        if up.is_empty() {
+            continue;
+        }
+        let node = up[(seq as usize) % up.len()].clone();
+        node.in_flight.fetch_add(1, Ordering::SeqCst);
+        // a node that left the rotation between the check and the count: not sent
+        if !node.in_rotation.load(Ordering::SeqCst) {
+            node.in_flight.fetch_sub(1, Ordering::SeqCst);
+            continue;
+        }
+        stats.lock().expect("stats lock").sent += 1;
+        tasks.spawn(one(node, seq, stats.clone()));
+        while tasks.try_join_next().is_some() {}
+    }
+    while tasks.join_next().await.is_some() {}
+}
+
+// === resources ===
+
+/// RSS in KiB and open file descriptors of `pid`.
+fn usage(pid: u32) -> Option<(u64, u64)> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let rss = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?.count() as u64;
+    Some((rss, fds))
+}
+
+fn median(mut v: Vec<u64>) -> u64 {
+    v.sort_unstable();
+    v.get(v.len() / 2).copied().unwrap_or(0)
+}
+
+// === the run ===
+
+fn say(start: Instant, what: &str) {
+    eprintln!("[{:>6.1}s] {what}", start.elapsed().as_secs_f64());
+}
+
+#[tokio::main]
+async fn main() {
+    let args = Args::parse();
+    std::process::exit(run(args).await);
+}
+
+async fn run(args: Args) -> i32 {
+    std::fs::create_dir_all(&args.logs).expect("logs directory");
+    let start = Instant::now();
+    let releases = [
+        ("apiserver-1", APIS_134),
+        ("apiserver-2", APIS_131),
+        ("apiserver-3", APIS_134),
+    ];
+    let listens: Vec<SocketAddr> = (0..3).map(|_| free_addr()).collect();
+    // mvproxy-1 reaches apiserver-2's proxy through the relay that stalls
+    let (relay_addr, stall) = relay(listens[1]).await;
+    let mut nodes: Vec<Node> = Vec::new();
+    for (i, (name, apis)) in releases.iter().enumerate() {
+        let peers = (0..3)
+            .filter(|j| *j != i)
+            .map(|j| {
+                let addr = if i == 0 && j == 1 {
+                    relay_addr
+                } else {
+                    listens[j]
+                };
+                format!("{}=http://{addr}", releases[j].0)
+            })
+            .collect();
+        let peer_only = if *apis == APIS_131 {
+            NEW_ONLY
+        } else {
+            OLD_ONLY
+        };
+        nodes.push(Node {
+            apis,
+            api_addr: free_addr(),
+            admin: free_addr(),
+            peers,
+            standin: None,
+            proxy: None,
+            generation: 0,
+            rotation: Arc::new(Rotation {
+                name: (*name).to_owned(),
+                listen: listens[i],
+                peer_only,
+                in_rotation: AtomicBool::new(false),
+                in_flight: AtomicUsize::new(0),
+                client: Mutex::new(new_client()),
+            }),
+        });
+    }
+    for n in &mut nodes {
+        n.start_api().await;
+        n.start_proxy(&args.mvproxy, &args.logs);
+    }
+    for n in &nodes {
+        n.wait_ready().await;
+        n.rejoin();
+    }
+    say(
+        start,
+        "3 nodes up (stand-in API servers 1.34, 1.31, 1.34, each behind mvproxy)",
+    );
+
+    let stats = Arc::new(Mutex::new(Stats::default()));
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let load_task = tokio::spawn(load(
+        nodes.iter().map(|n| n.rotation.clone()).collect(),
+        args.rate,
+        stats.clone(),
+        stop_rx,
+    ));
+
+    // mvproxy-1 is never restarted: its resources are sampled every second
+    let pid1 = nodes[0].pid().expect("mvproxy-1 running");
+    let samples: Arc<Mutex<Vec<(Duration, u64, u64)>>> = Arc::default();
+    let sampler = {
+        let samples = samples.clone();
+        let load_start = Instant::now();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(1));
+            loop {
+                tick.tick().await;
+                if let Some((rss, fds)) = usage(pid1) {
+                    samples
+                        .lock()
+                        .expect("samples lock")
+                        .push((load_start.elapsed(), rss, fds));
+                }
+            }
+        })
+    };
+
+    let deadline = Instant::now() + args.duration;
+    let mut events = 0;
+    let mut term_failures: Vec<String> = Vec::new();
+    'chaos: loop {
+        for step in 0..6 {
+            tokio::time::sleep(STEADY).await;
+            if Instant::now() + DOWN + STEADY > deadline {
+                break 'chaos;
+            }
+            events += 1;
+            match step {
+                0 => {
+                    say(start, "kill apiserver-1 (mvproxy-1 stays up)");
+                    nodes[0].drain().await;
+                    nodes[0].stop_api().await;
+                    tokio::time::sleep(DOWN).await;
+                    nodes[0].start_api().await;
+                    nodes[0].wait_ready().await;
+                    nodes[0].rejoin();
+                }
+                1 => {
+                    say(start, "SIGKILL mvproxy-2 (a peer of both others)");
+                    nodes[1].drain().await;
+                    nodes[1].kill_proxy().await;
+                    tokio::time::sleep(DOWN).await;
+                    nodes[1].start_proxy(&args.mvproxy, &args.logs);
+                    nodes[1].wait_ready().await;
+                    nodes[1].rejoin();
+                }
+                2 => {
+                    say(start, "stall mvproxy-1's hop to its peer apiserver-2");
+                    stall.send_replace(true);
+                    tokio::time::sleep(DOWN + Duration::from_secs(2)).await;
+                    stall.send_replace(false);
+                }
+                3 => {
+                    say(start, "kill apiserver-3 and SIGKILL mvproxy-3");
+                    nodes[2].drain().await;
+                    nodes[2].kill_proxy().await;
+                    nodes[2].stop_api().await;
+                    tokio::time::sleep(DOWN).await;
+                    nodes[2].start_api().await;
+                    nodes[2].start_proxy(&args.mvproxy, &args.logs);
+                    nodes[2].wait_ready().await;
+                    nodes[2].rejoin();
+                }
+                4 => {
+                    say(start, "kill apiserver-2 (the only 1.31 server)");
+                    nodes[1].drain().await;
+                    nodes[1].stop_api().await;
+                    tokio::time::sleep(DOWN).await;
+                    nodes[1].start_api().await;
+                    nodes[1].wait_ready().await;
+                    nodes[1].rejoin();
+                }
+                _ => {
+                    say(start, "restart mvproxy-3 with SIGTERM");
+                    nodes[2].drain().await;
+                    if let Err(e) = nodes[2].terminate_proxy().await {
+                        term_failures.push(format!("mvproxy-3 (restart): {e}"));
+                    }
+                    nodes[2].start_proxy(&args.mvproxy, &args.logs);
+                    nodes[2].wait_ready().await;
+                    nodes[2].rejoin();
+                }
+            }
+        }
+    }
+    while Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    stop_tx.send_replace(true);
+    let _ = load_task.await;
+    sampler.abort();
+    say(start, "load stopped; SIGTERM to every proxy");
+    let mut clean = 0;
+    for n in &mut nodes {
+        let name = n.proxy_name();
+        match n.terminate_proxy().await {
+            Ok(()) => clean += 1,
+            Err(e) => term_failures.push(format!("{name}: {e}")),
+        }
+    }
+    for n in &mut nodes {
+        n.stop_api().await;
+    }
+
+    report(&args, events, &stats, &samples, clean, &term_failures)
+}
+
+fn report(
+    args: &Args,
+    events: usize,
+    stats: &Mutex<Stats>,
+    samples: &Mutex<Vec<(Duration, u64, u64)>>,
+    clean: usize,
+    term_failures: &[String],
+) -> i32 {
+    let stats = stats.lock().expect("stats lock");
+    let samples = samples.lock().expect("samples lock").clone();
+    let mut failed = false;
+    let mut check = |ok: bool, line: String| {
+        println!("  [{}] {line}", if ok { "ok" } else { "FAIL" });
+        failed |= !ok;
+    };
+    println!(
+        "soak: {} at {} req/s over 3 nodes (stand-in API servers 1.34, 1.31, 1.34 behind mvproxy), {events} chaos events",
+        humantime::format_duration(args.duration),
+        args.rate
+    );
+    let answered: u64 = stats
+        .codes
+        .iter()
+        .filter(|((_, c), _)| *c != 0)
+        .map(|(_, n)| n)
+        .sum();
+    check(
+        answered == stats.sent,
+        format!("every request answered: {answered} of {}", stats.sent),
+    );
+    for (kind, label) in [
+        (Kind::Local, "local GVRs"),
+        (Kind::Watch, "watches of local GVRs"),
+        (Kind::Discovery, "GET /apis"),
+    ] {
+        let all = stats.count(kind, |_| true);
+        let ok = stats.count(kind, |c| matches!(c, 200 | 201));
+        check(ok == all, format!("{label}: {ok} of {all} got 200/201"));
+    }
+    let all = stats.count(Kind::PeerOnly, |_| true);
+    let ok200 = stats.count(Kind::PeerOnly, |c| c == 200);
+    let c503 = stats.count(Kind::PeerOnly, |c| c == 503);
+    let c504 = stats.count(Kind::PeerOnly, |c| c == 504);
+    let c404 = stats.count(Kind::PeerOnly, |c| c == 404);
+    let bad = stats
+        .violations
+        .iter()
+        .filter(|v| v.contains("Retry-After: false"))
+        .count();
+    check(
+        c404 == 0 && ok200 + c503 + c504 == all && bad == 0,
+        format!(
+            "peer-only GVRs: {all}: {ok200} × 200, {c503} × 503 and {c504} × 504 (each with Retry-After), {c404} × 404"
+        ),
+    );
+    for v in &stats.violations {
+        println!("      {v}");
+    }
+
+    let run = args.duration;
+    let warmup = (run / 5).max(Duration::from_secs(10));
+    let window = (run / 10).max(Duration::from_secs(5));
+    let early: Vec<_> = samples
+        .iter()
+        .filter(|(t, ..)| *t >= warmup && *t < warmup + window)
+        .collect();
+    let late: Vec<_> = samples
+        .iter()
+        .filter(|(t, ..)| *t + window >= run)
+        .collect();
+    if early.is_empty() || late.is_empty() || warmup + window >= run {
+        check(
+            false,
+            format!(
+                "mvproxy-1's resources: run too short to compare ({} samples)",
+                samples.len()
+            ),
+        );
+    } else {
+        for (label, pick, unit) in [("RSS", 1usize, "MiB"), ("open file descriptors", 2, "")] {
+            let value = |s: &&(Duration, u64, u64)| if pick == 1 { s.1 } else { s.2 };
+            // RSS: the median of each window; descriptors: the fewest open in each window,
+            // which leaves out the sockets of requests in flight at the sample
+            let summary = |w: &[&(Duration, u64, u64)]| {
+                let v: Vec<u64> = w.iter().map(value).collect();
+                if pick == 1 {
+                    median(v)
+                } else {
+                    v.into_iter().min().unwrap_or(0)
+                }
+            };
+            let (a, b) = (summary(&early), summary(&late));
+            let growth = if a == 0 {
+                0.0
+            } else {
+                (b as f64 - a as f64) / a as f64
+            };
+            let show = |v: u64| {
+                if pick == 1 {
+                    format!("{:.1} {unit}", v as f64 / 1024.0)
+                } else {
+                    v.to_string()
+                }
+            };
+            let peak = samples.iter().map(|s| value(&s)).max().unwrap_or(0);
+            check(
+                growth <= MAX_GROWTH,
+                format!(
+                    "mvproxy-1 {label}: {} after warm-up ({}s) → {} at the end ({:+.1} %, limit +{:.0} %); peak {}",
+                    show(a),
+                    warmup.as_secs(),
+                    show(b),
+                    growth * 100.0,
+                    MAX_GROWTH * 100.0,
+                    show(peak)
+                ),
+            );
+        }
+    }
+
+    let mut panics = Vec::new();
+    let mut files = 0;
+    if let Ok(dir) = std::fs::read_dir(&args.logs) {
+        for entry in dir.flatten() {
+            files += 1;
+            let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
+            panics.extend(
+                text.lines()
+                    .filter(|l| l.contains("panicked"))
+                    .map(|l| format!("{}: {l}", entry.path().display())),
+            );
+        }
+    }
+    check(
+        panics.is_empty(),
+        format!(
+            "no panic line in {files} proxy logs ({} found)",
+            panics.len()
+        ),
+    );
+    for p in panics.iter().take(5) {
+        println!("      {p}");
+    }
+    check(
+        term_failures.is_empty(),
+        format!(
+            "SIGTERM: {clean} of 3 proxies exited 0 at the end{}",
+            if term_failures.is_empty() {
+                ", as did the mid-run restart".to_owned()
+            } else {
+                format!(": {}", term_failures.join("; "))
+            }
+        ),
+    );
+    println!("{}", if failed { "FAIL" } else { "PASS" });
+    i32::from(failed)
+}
