@@ -16,8 +16,8 @@ use std::borrow::Cow;
 use std::sync::OnceLock;
 
 use http::HeaderMap;
-use opentelemetry::trace::{SpanKind, Status, TraceContextExt, Tracer as _};
 use opentelemetry::Context;
+use opentelemetry::trace::{SpanKind, Status, TraceContextExt, Tracer as _};
 use opentelemetry_sdk::trace::SdkTracer;
 
 /// An attribute of a span or event.
@@ -81,7 +81,12 @@ impl RequestSpan {
         }
     }
 
-    fn start(tracer: &SdkTracer, parent: &Context, name: Cow<'static, str>, kind: SpanKind) -> Self {
+    fn start(
+        tracer: &SdkTracer,
+        parent: &Context,
+        name: Cow<'static, str>,
+        kind: SpanKind,
+    ) -> Self {
         let span = tracer
             .span_builder(name)
             .with_kind(kind)
