@@ -324,7 +324,7 @@ impl Upstream {
     pub async fn request(
         &self,
         mut req: Request<Body>,
-    ) -> Result<Response<hyper::body::Incoming>, ProxyError> {
+    ) -> Result<Response<UpstreamBody>, ProxyError> {
         let path_and_query = req.uri().path_and_query().map(|pq| pq.as_str().to_owned());
         *req.uri_mut() = self.uri_for(path_and_query.as_deref())?;
         self.send(req).await
