@@ -285,15 +285,28 @@ check "a front-proxy-CA certificate with a CN not allowed cannot assert X-Remote
 
 # ---- peers from the cluster: --peer-source endpointslices -----------------------------------
 
-MVP_PORT=7444 mvp_start mvproxy-a-eps "$A_IP" "$A_IP" --server-id apiserver-a --peer-source endpointslices --kubeconfig "$CP_DIR/direct-a.kc"
-eps_check() {
-  mvp_ready "$A_IP" 7444 || return 1
-  # The peer set arrives from the EndpointSlice list after start; its discovery after that.
-  wait_for 30 sh -c "curl -s http://$A_IP:7544/debug/discovery | jq -e --arg u '$B_IP:$CP_PORT' '[.servers[] | select(.local | not) | select((.url | contains(\$u)) and .up)] | length == 1'" &&
-    [ "$(as admin "https://$A_IP:7444" "$WLN" -o /dev/null -w '%{http_code}')" = 200 ]
-}
-check "--peer-source endpointslices: peer $B_IP:$CP_PORT from default/kubernetes, v1alpha2 routed to it" "no --peer" eps_check
-cp_stop mvproxy-a-eps
+# kube-apiserver's endpoint reconciler writes default/kubernetes (Endpoints and EndpointSlice)
+# from each server's --advertise-address, and Endpoints validation refuses loopback addresses
+# ("may not be in the loopback range"; pkg/apis/core/validation in kubernetes/kubernetes), so
+# on this loopback-only control plane the slice never exists. The check runs wherever it does;
+# here it says so (peers_from_slices has hermetic tests over slices as the reconciler writes
+# them: proxy/core/src/peers.rs).
+eps_of_kubernetes=$("$kubectl_new" --kubeconfig "$CP_DIR/direct-a.kc" get endpointslices -n default \
+  -l kubernetes.io/service-name=kubernetes -o name 2>/dev/null || true)
+if [ -n "$eps_of_kubernetes" ]; then
+  MVP_PORT=7444 mvp_start mvproxy-a-eps "$A_IP" "$A_IP" --server-id apiserver-a --peer-source endpointslices --kubeconfig "$CP_DIR/direct-a.kc"
+  eps_check() {
+    mvp_ready "$A_IP" 7444 || return 1
+    # The peer set arrives from the EndpointSlice list after start; its discovery after that.
+    wait_for 30 sh -c "curl -s http://$A_IP:7544/debug/discovery | jq -e --arg u '$B_IP:$CP_PORT' '[.servers[] | select(.local | not) | select((.url | contains(\$u)) and .up)] | length == 1'" &&
+      [ "$(as admin "https://$A_IP:7444" "$WLN" -o /dev/null -w '%{http_code}')" = 200 ]
+  }
+  check "--peer-source endpointslices: peer $B_IP:$CP_PORT from default/kubernetes, v1alpha2 routed to it" "no --peer" eps_check
+  cp_stop mvproxy-a-eps
+else
+  record "--peer-source endpointslices: peer from default/kubernetes" SKIP \
+    "no default/kubernetes EndpointSlice: kube-apiserver refuses loopback endpoint addresses"
+fi
 
 # ---- peers from the cluster: --peer-source leases (the identity Leases, their address annotation)
 
