@@ -216,19 +216,24 @@ impl Upstream {
                 .with_root_certificates(rustls::RootCertStore::empty())
                 .with_no_client_auth()
         });
+        // The name the upstream's certificate is checked against, parsed once for both pools.
+        let sni = match &settings.server_name {
+            Some(sni) => Some(
+                rustls::pki_types::ServerName::try_from(sni.clone()).map_err(|source| {
+                    UpstreamError::ServerName {
+                        name: sni.clone(),
+                        source,
+                    }
+                })?,
+            ),
+            None => None,
+        };
         let builder = HttpsConnectorBuilder::new()
             .with_tls_config(tls.clone())
             .https_or_http();
-        let builder = match &settings.server_name {
-            Some(sni) => {
-                let name =
-                    rustls::pki_types::ServerName::try_from(sni.clone()).map_err(|source| {
-                        UpstreamError::ServerName {
-                            name: sni.clone(),
-                            source,
-                        }
-                    })?;
-                builder.with_server_name_resolver(FixedServerNameResolver::new(name))
+        let builder = match &sni {
+            Some(name) => {
+                builder.with_server_name_resolver(FixedServerNameResolver::new(name.clone()))
             }
             None => builder,
         };
@@ -237,17 +242,8 @@ impl Upstream {
             let builder = HttpsConnectorBuilder::new()
                 .with_tls_config(tls)
                 .https_or_http();
-            let builder = match &settings.server_name {
-                Some(sni) => {
-                    let name =
-                        rustls::pki_types::ServerName::try_from(sni.clone()).map_err(|source| {
-                            UpstreamError::ServerName {
-                                name: sni.clone(),
-                                source,
-                            }
-                        })?;
-                    builder.with_server_name_resolver(FixedServerNameResolver::new(name))
-                }
+            let builder = match sni {
+                Some(name) => builder.with_server_name_resolver(FixedServerNameResolver::new(name)),
                 None => builder,
             };
             // ALPN offers h2 then http/1.1; the server chooses.
