@@ -47,7 +47,7 @@ fn synthetic(n: usize, prefix: &str) -> Vec<ApiGroupDiscovery> {
 
 fn fixture(path: &str) -> Vec<ApiGroupDiscovery> {
     let full = format!(
-        "{}/../fixtures/discovery/{path}",
+        "{}/../../fixtures/discovery/{path}",
         env!("CARGO_MANIFEST_DIR")
     );
     let text = std::fs::read_to_string(&full).unwrap_or_else(|e| panic!("read {full}: {e}"));
