@@ -198,3 +198,52 @@ async fn a_malformed_chunked_body_is_a_400_on_local_and_peer_routes_and_blames_n
         assert_eq!(r.json()["items"], serde_json::json!([]), "{path}");
     }
 }
+
+#[tokio::test]
+async fn a_body_that_stops_arriving_is_the_clients_400_not_an_upstream_504() {
+    let c = Cluster::start_with_args(&["--response-header-timeout-seconds", "1"]).await;
+    let before_a = scrape(&c.proxy_a).await;
+
+    // the client sends the head and part of its body, then nothing more (the connection
+    // stays open): past the response-header timeout, the upstream is not the one waited on
+    for (path, route) in [(CONFIGMAPS, "local"), (OLD_ONLY, "peer")] {
+        let r = raw(
+            c.proxy_a.listen,
+            &post_chunked(path),
+            b"40\r\n{\"metadata\":",
+            false,
+        )
+        .await;
+        assert_eq!(r.code, Some(400), "{route} route: {}", r.text);
+        assert_client_fault(&r, route);
+        assert!(
+            r.text.contains("had not all arrived after 1s"),
+            "{route} route: {}",
+            r.text
+        );
+    }
+
+    let after_a = scrape(&c.proxy_a).await;
+    let errors = "mvproxy_peer_proxy_errors_total";
+    assert_eq!(
+        count(&after_a, errors, &[]),
+        count(&before_a, errors, &[]),
+        "no peer proxy error: {after_a}"
+    );
+    for code in ["503", "504"] {
+        let needle = format!(r#"code="{code}""#);
+        assert_eq!(
+            count(&after_a, "mvproxy_requests_total", &[&needle]),
+            0.0,
+            "{after_a}"
+        );
+    }
+    for p in [&c.proxy_a, &c.proxy_b] {
+        let failed: Vec<String> = p
+            .log()
+            .into_iter()
+            .filter(|l| l.contains("request failed"))
+            .collect();
+        assert!(failed.is_empty(), "no upstream failure logged: {failed:?}");
+    }
+}

@@ -18,6 +18,15 @@ impl Cluster {
 
     /// As [`Cluster::start`], both proxies with extra environment variables.
     pub async fn start_with_env(env: &[(&str, &str)]) -> Cluster {
+        Self::start_with(env, &[]).await
+    }
+
+    /// As [`Cluster::start`], both proxies with extra flags.
+    pub async fn start_with_args(extra: &[&str]) -> Cluster {
+        Self::start_with(&[], extra).await
+    }
+
+    async fn start_with(env: &[(&str, &str)], extra: &[&str]) -> Cluster {
         let a = standin_release("apiserver-a", &apis_134(), "v1.34.0").await;
         let b = standin_release("apiserver-b", &apis_131(), "v1.31.0").await;
         let (port_a, port_b) = (free_port(), free_port());
@@ -27,6 +36,9 @@ impl Cluster {
         args_a.extend(["--listen".to_owned(), format!("127.0.0.1:{port_a}")]);
         let mut args_b = proxy_args("apiserver-b", &b.url(), &[("apiserver-a", &url_a)]);
         args_b.extend(["--listen".to_owned(), format!("127.0.0.1:{port_b}")]);
+        for args in [&mut args_a, &mut args_b] {
+            args.extend(extra.iter().map(|s| (*s).to_owned()));
+        }
         let proxy_a = Proxy::start_with_env(&args_a, env).await;
         let proxy_b = Proxy::start_with_env(&args_b, env).await;
         proxy_a.ready().await;

@@ -369,8 +369,15 @@ async fn an_upstream_that_accepts_and_never_answers_gets_504_within_the_timeout(
         format!("{}{CONFIGMAPS}", p.url()),
         format!("{}/version", p.url()),
     );
-    let (r1, r2) = tokio::join!(get(&list, &[]), get(&version, &[]));
-    for r in [r1.unwrap(), r2.unwrap()] {
+    // a create whose body all arrived is the upstream's to answer as well: still its 504
+    let create = request(
+        Method::POST,
+        &list,
+        &[("content-type", "application/json")],
+        Bytes::from_static(br#"{"metadata":{"name":"cm"}}"#),
+    );
+    let (r1, r2, r3) = tokio::join!(get(&list, &[]), get(&version, &[]), create);
+    for r in [r1.unwrap(), r2.unwrap(), r3.unwrap()] {
         let msg = assert_status(&r, StatusCode::GATEWAY_TIMEOUT, "Timeout");
         assert!(
             msg.contains("apiserver-a did not answer within 1s"),

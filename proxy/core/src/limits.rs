@@ -364,6 +364,9 @@ pub struct LimitedBody {
     remaining: u64,
     limit: u64,
     failed: Arc<OnceLock<BodyFailure>>,
+    /// The last read of the client's body found nothing yet: the body is waiting on the
+    /// client, not on the upstream (which reads it only as fast as it takes it).
+    waiting_on_client: Arc<AtomicBool>,
 }
 
 /// How a client's request body failed.
@@ -400,7 +403,10 @@ impl HttpBody for LimitedBody {
         let Some(inner) = this.inner.as_mut() else {
             return Poll::Ready(Some(Err(Box::new(BodyTooLarge { limit: this.limit }))));
         };
-        match Pin::new(inner).poll_frame(cx) {
+        let polled = Pin::new(inner).poll_frame(cx);
+        this.waiting_on_client
+            .store(polled.is_pending(), Ordering::Relaxed);
+        match polled {
             Poll::Ready(Some(Ok(frame))) => {
                 if let Some(data) = frame.data_ref() {
                     let len = data.len() as u64;
@@ -443,13 +449,29 @@ impl HttpBody for LimitedBody {
 pub struct BodyLimit {
     limit: u64,
     failed: Arc<OnceLock<BodyFailure>>,
+    waiting_on_client: Arc<AtomicBool>,
 }
 
 impl BodyLimit {
     /// A failure to forward while the client's body had failed is the client's: the `413` of
     /// a body over the limit, or the `400` of a body that could not be read, whatever the
-    /// upstream connection reported after it was aborted.
+    /// upstream connection reported after it was aborted. So is a response-header timeout
+    /// that passed while the body was still waiting for the client's next bytes (a client
+    /// sending slowly, or stopped mid-body): the upstream cannot answer a request it has not
+    /// received, and a `504` would make client-go send the same body again. A timeout while
+    /// the body had all arrived, or was waiting for the upstream to take more, stays the
+    /// upstream's `504`.
     pub fn explain<T>(&self, result: Result<T, ProxyError>) -> Result<T, ProxyError> {
+        if let Err(ProxyError::Timeout { seconds, .. }) = &result
+            && self.failed.get().is_none()
+            && self.waiting_on_client.load(Ordering::Relaxed)
+        {
+            return Err(ProxyError::ClientBody {
+                cause: format!(
+                    "it had not all arrived after {seconds}s (--response-header-timeout-seconds)"
+                ),
+            });
+        }
         match (result, self.failed.get()) {
             (Err(_), Some(BodyFailure::TooLarge)) => {
                 Err(ProxyError::BodyTooLarge { limit: self.limit })
@@ -484,14 +506,23 @@ pub fn limit_body(
         return Err(ProxyError::BodyTooLarge { limit });
     }
     let failed = Arc::new(OnceLock::new());
+    let waiting_on_client = Arc::new(AtomicBool::new(false));
     let req = req.map(|inner| LimitedBody {
         inner: Some(inner),
         version,
         remaining: limit,
         limit,
         failed: failed.clone(),
+        waiting_on_client: waiting_on_client.clone(),
     });
-    Ok((req, BodyLimit { limit, failed }))
+    Ok((
+        req,
+        BodyLimit {
+            limit,
+            failed,
+            waiting_on_client,
+        },
+    ))
 }
 
 #[cfg(test)]
