@@ -2,7 +2,9 @@
 //! proxy and admin listeners, and one shutdown signal for all of them.
 //!
 //! `main` and the demo both go through [`start`], so what the demo measures is what runs in
-//! production. Listeners are bound before anything runs, so a port in use fails at start.
+//! production. The caller binds the listeners ([`Sockets::bind`] from the configured
+//! addresses, or any it already holds), so a port in use fails before anything runs and a
+//! caller that starts several proxies knows every address before the first starts.
 //! TLS files are read here once (an unusable one stops mvproxy), then watched by a
 //! [`Reloader`] task for as long as the listeners run.
 
@@ -11,19 +13,20 @@ use std::sync::Arc;
 
 use mvproxy_telemetry::metrics::Metrics;
 use prometheus_client::registry::Registry;
+use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
 use crate::admin::{self, Admin};
-use crate::config::{Config, PeerSource};
+use crate::config::{AdminSecurity, ClusterPeers, Config, Identity, Listeners, PeerReader, Peers};
 use crate::delegated::{Delegated, Settings as DelegatedSettings};
 use crate::discovery::Cache;
 use crate::discovery::refresh::{PeerSpec, RefreshSettings, UpstreamFactory};
 use crate::forward::{ClientSettings, Upstream, port_of};
 use crate::identity::Authenticator;
 use crate::kubeconfig::KubeConfig;
-use crate::peers::{Kind, KubeSource};
+use crate::peers::KubeSource;
 use crate::readiness::Readiness;
 use crate::server::{self, App};
 use crate::tls::reload::Reloader;
@@ -36,11 +39,33 @@ pub enum StartError {
     Tls(#[from] TlsError),
     #[error("{0}")]
     Bind(#[from] std::io::Error),
+    /// The kubeconfig of `--kubeconfig` could not be read (it could when validated).
+    #[error("kubeconfig: {0}")]
+    Kubeconfig(#[from] crate::kubeconfig::KubeconfigError),
     #[error("upstream {name}: {source}")]
     Upstream {
         name: String,
         source: crate::forward::UpstreamError,
     },
+}
+
+/// The proxy and admin listeners, bound by the caller.
+#[derive(Debug)]
+pub struct Sockets {
+    /// Where clients connect.
+    pub proxy: TcpListener,
+    /// Where `/healthz`, `/metrics`, … are served.
+    pub admin: TcpListener,
+}
+
+impl Sockets {
+    /// Binds the configured addresses (the proxy's first), naming the one that failed.
+    pub async fn bind(addrs: &Listeners) -> std::io::Result<Self> {
+        Ok(Self {
+            proxy: server::bind(addrs.proxy).await?,
+            admin: server::bind(addrs.admin).await?,
+        })
+    }
 }
 
 /// A running mvproxy.
@@ -77,18 +102,45 @@ fn kubeconfig_upstream(kc: &KubeConfig, config: &Config) -> Result<Upstream, Sta
     let settings = ClientSettings {
         tls,
         server_name: None,
-        connect_timeout: config.connect_timeout,
+        connect_timeout: config.timing.connect_timeout,
         insecure_skip_verify: false,
     };
     Upstream::new(
         "kubeconfig".into(),
         kc.server.clone(),
         &settings,
-        config.response_header_timeout,
+        config.timing.response_header_timeout,
     )
     .map_err(|source| StartError::Upstream {
         name: kc.server.to_string(),
         source,
+    })
+}
+
+/// The peer source reading `cluster`'s objects.
+fn kube_source(
+    config: &Config,
+    cluster: &ClusterPeers,
+    local: &Upstream,
+    metrics: Arc<Metrics>,
+) -> Result<KubeSource, StartError> {
+    let (api, token, token_file) = match &cluster.reader {
+        PeerReader::LocalServer(token_file) => (local.clone(), None, token_file.path()),
+        PeerReader::Kubeconfig(path) => {
+            let kc = crate::kubeconfig::load(path)?;
+            let api = kubeconfig_upstream(&kc, config)?;
+            (api, kc.token, kc.token_file)
+        }
+    };
+    Ok(KubeSource {
+        kind: cluster.kind,
+        api,
+        token,
+        token_file,
+        self_name: config.server_id.clone(),
+        self_addr: authority_with_port(&config.local),
+        scheme: cluster.scheme.as_str(),
+        metrics,
     })
 }
 
@@ -97,51 +149,50 @@ fn authority_with_port(url: &http::Uri) -> String {
     format!("{}:{}", url.host().unwrap_or_default(), port_of(url))
 }
 
-/// Builds and starts everything; returns once both listeners are bound.
-pub async fn start(config: &Config) -> Result<Running, StartError> {
+/// Builds and starts everything on `sockets`; returns once it serves. The addresses in
+/// `config.listeners` are not used: `sockets` are what is served.
+pub async fn start(config: &Config, sockets: Sockets) -> Result<Running, StartError> {
     tls::install_provider();
-    let mut reloader = Reloader::new(config.tls_reload_interval);
-    let insecure = config.insecure_skip_tls_verify;
+    let mut reloader = Reloader::new(config.timing.tls_reload_interval);
+    let verify = &config.upstream_tls.verify;
+    let insecure = verify.is_insecure();
     if insecure {
         tracing::warn!(
             "--insecure-skip-tls-verify: the certificates of the local server and of peers are NOT verified; use this for testing only"
         );
     }
     let client_cert = config
-        .proxy_client_cert
+        .upstream_tls
+        .client_cert
         .as_ref()
-        .map(|(c, k)| reloader.client_cert(c, k))
+        .map(|pair| reloader.client_cert(&pair.cert, &pair.key))
         .transpose()?;
-    let local_ca = config
-        .local_ca_file
-        .as_ref()
-        .or(config.peer_ca_file.as_ref());
     let local_settings = ClientSettings {
-        tls: reloader.upstream_config(
-            local_ca.map(|p| p.as_path()),
-            insecure,
-            client_cert.clone(),
-        )?,
+        tls: reloader.upstream_config(verify.local_ca(), insecure, client_cert.clone())?,
         server_name: None,
-        connect_timeout: config.connect_timeout,
+        connect_timeout: config.timing.connect_timeout,
         insecure_skip_verify: insecure,
     };
     let peer_settings = ClientSettings {
-        tls: reloader.upstream_config(config.peer_ca_file.as_deref(), insecure, client_cert)?,
-        server_name: Some(config.peer_server_name.clone()),
-        connect_timeout: config.connect_timeout,
+        tls: reloader.upstream_config(verify.peer_ca(), insecure, client_cert)?,
+        server_name: Some(config.upstream_tls.peer_server_name.clone()),
+        connect_timeout: config.timing.connect_timeout,
         insecure_skip_verify: insecure,
     };
     let upstream = |name, url: &http::Uri, settings: &ClientSettings| {
-        Upstream::new(name, url.clone(), settings, config.response_header_timeout).map_err(
-            |source| StartError::Upstream {
-                name: url.to_string(),
-                source,
-            },
+        Upstream::new(
+            name,
+            url.clone(),
+            settings,
+            config.timing.response_header_timeout,
         )
+        .map_err(|source| StartError::Upstream {
+            name: url.to_string(),
+            source,
+        })
     };
     let local = upstream(config.server_id.clone(), &config.local, &local_settings)?;
-    let timeout = config.response_header_timeout;
+    let timeout = config.timing.response_header_timeout;
     let new_peer: UpstreamFactory = Box::new(move |name, url| {
         Upstream::new(name.clone(), url.clone(), &peer_settings, timeout)
     });
@@ -152,84 +203,89 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
         local.clone(),
         new_peer,
         RefreshSettings {
-            interval: config.refresh_interval,
+            interval: config.timing.refresh_interval,
             max_document_bytes: config.limits.max_discovery_document_bytes,
         },
         metrics.clone(),
     );
     // Client certificates: each CA file is watched, so a CA added to the bundle is trusted
     // from the next handshake on.
-    let users = config
-        .client_ca_file
-        .as_deref()
+    let proxy_tls = config.proxy_tls.as_ref();
+    let users = proxy_tls
+        .and_then(|t| match &t.identity {
+            Identity::FrontProxy { users_ca } => Some(users_ca.as_path()),
+            Identity::Passthrough => None,
+        })
         .map(|ca| reloader.client_cas(&[ca]))
         .transpose()?;
-    let proxies = config
-        .requestheader_client_ca_file
-        .as_deref()
-        .map(|ca| reloader.client_cas(&[ca]))
+    let requestheader = proxy_tls.and_then(|t| t.requestheader.as_ref());
+    let proxies = requestheader
+        .map(|r| reloader.client_cas(&[r.ca.as_path()]))
         .transpose()?;
-    let client_cas: Vec<&std::path::Path> =
-        [&config.client_ca_file, &config.requestheader_client_ca_file]
-            .into_iter()
-            .flatten()
-            .map(|p| p.as_path())
-            .collect();
-    let handshake_verifier = if client_cas.is_empty() {
-        None
-    } else {
-        Some(reloader.client_cas(&client_cas)?
-            as Arc<dyn rustls::server::danger::ClientCertVerifier>)
-    };
     let auth = Authenticator::new(
         users.map(|v| v as _),
-        proxies.map(|v| (v as _, config.requestheader_allowed_names.clone())),
+        proxies.map(|v| {
+            (
+                v as _,
+                requestheader
+                    .map(|r| r.allowed_names.clone())
+                    .unwrap_or_default(),
+            )
+        }),
         config.header_names.clone(),
     );
-    let acceptor = match &config.serving_tls {
-        Some(t) => Some(TlsAcceptor::from(Arc::new(tls::server_config(
-            reloader.serving_cert(&t.cert, &t.key)?,
-            handshake_verifier,
-        )?))),
-        None => None,
-    };
-    let admin_tls = match &config.admin.tls {
+    let acceptor = match proxy_tls {
         Some(t) => {
-            let clients = config
-                .admin
-                .client_ca_file
-                .as_deref()
-                .map(|ca| reloader.client_cas(&[ca]))
-                .transpose()?
-                .map(|v| v as Arc<dyn rustls::server::danger::ClientCertVerifier>);
+            let client_cas = t.client_cas();
+            let handshake_verifier = if client_cas.is_empty() {
+                None
+            } else {
+                Some(reloader.client_cas(&client_cas)?
+                    as Arc<dyn rustls::server::danger::ClientCertVerifier>)
+            };
             Some(TlsAcceptor::from(Arc::new(tls::server_config(
-                reloader.serving_cert(&t.cert, &t.key)?,
-                clients,
+                reloader.serving_cert(&t.serving.cert, &t.serving.key)?,
+                handshake_verifier,
             )?)))
         }
         None => None,
     };
-    let delegated = config.admin.tls.as_ref().map(|_| {
-        Arc::new(Delegated::new(
-            local.clone(),
-            DelegatedSettings {
-                always_allow: config.admin.always_allow.clone(),
-                token_file: config.admin.token_file.clone(),
-                cache_ttl: config.admin.cache_ttl,
-            },
-        ))
-    });
-    let listener = server::bind(config.listen).await?;
-    let admin_listener = server::bind(config.admin_listen).await?;
+    let (admin_tls, delegated) = match &config.admin {
+        AdminSecurity::Tls(t) => {
+            let clients = t
+                .client_ca
+                .as_deref()
+                .map(|ca| reloader.client_cas(&[ca]))
+                .transpose()?
+                .map(|v| v as Arc<dyn rustls::server::danger::ClientCertVerifier>);
+            let acceptor = TlsAcceptor::from(Arc::new(tls::server_config(
+                reloader.serving_cert(&t.serving.cert, &t.serving.key)?,
+                clients,
+            )?));
+            let delegated = Delegated::new(
+                local.clone(),
+                DelegatedSettings {
+                    always_allow: t.always_allow.clone(),
+                    token_file: t.token.path(),
+                    cache_ttl: t.cache_ttl,
+                },
+            );
+            (Some(acceptor), Some(Arc::new(delegated)))
+        }
+        AdminSecurity::PlainHttp => (None, None),
+    };
+    let Sockets {
+        proxy: listener,
+        admin: admin_listener,
+    } = sockets;
     let listen = listener.local_addr()?;
     let admin_addr = admin_listener.local_addr()?;
 
     let shutdown = CancellationToken::new();
-    let peer_source = match config.peer_source {
-        PeerSource::Static => {
+    let peer_source = match &config.peers {
+        Peers::Static(peers) => {
             cache.set_peers(
-                config
-                    .peers
+                peers
                     .iter()
                     .map(|p| PeerSpec {
                         name: p.name.clone(),
@@ -240,27 +296,7 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
             );
             None
         }
-        PeerSource::Leases | PeerSource::Endpointslices => Some(KubeSource {
-            kind: if config.peer_source == PeerSource::Leases {
-                Kind::Leases
-            } else {
-                Kind::EndpointSlices
-            },
-            api: match &config.kubeconfig {
-                Some(kc) => kubeconfig_upstream(kc, config)?,
-                None => local.clone(),
-            },
-            token: config.kubeconfig.as_ref().and_then(|kc| kc.token.clone()),
-            token_file: config
-                .kubeconfig
-                .as_ref()
-                .and_then(|kc| kc.token_file.clone())
-                .or_else(|| config.peer_source_token_file.clone()),
-            self_name: config.server_id.clone(),
-            self_addr: authority_with_port(&config.local),
-            scheme: config.peer_scheme.as_str(),
-            metrics: metrics.clone(),
-        }),
+        Peers::Cluster(cluster) => Some(kube_source(config, cluster, &local, metrics.clone())?),
     };
     let readiness = Arc::new(Readiness::new(
         config.max_tracked_clients,
@@ -304,7 +340,7 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
             }
         }
     });
-    tracing::info!(%listen, admin = %admin_addr, local = %config.local, peers = config.peers.len(), "mvproxy started");
+    tracing::info!(%listen, admin = %admin_addr, local = %config.local, peers = config.static_peers().len(), "mvproxy started");
     Ok(Running {
         listen,
         admin: admin_addr,

@@ -24,7 +24,7 @@ use rustls::server::danger::ClientCertVerifier;
 
 /// The header names of the requestheader protocol (configurable like kube-apiserver's
 /// `--requestheader-*-headers`).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HeaderNames {
     pub user: HeaderName,
     pub uid: HeaderName,
