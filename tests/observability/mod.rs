@@ -26,8 +26,6 @@ use integration::*;
 use mvproxy_telemetry::metrics::REQUEST_BUCKETS;
 use serde_json::Value;
 
-
-
 /// The families of README.md's metric table.
 const CONTRACT_FAMILIES: [&str; 14] = [
     "mvproxy_rerouted_request_total",
@@ -237,7 +235,6 @@ fn all_exprs() -> Vec<Expr> {
 }
 
 /// Writes `exprs` as recording rules into `dir` and runs `promtool check rules` on them.
-
 mod collector;
 mod dashboards;
 mod deploy;
@@ -258,7 +255,6 @@ async fn promtool_parses(dir: &Path, exprs: &[(String, String)]) -> (bool, Strin
     .expect("write rules");
     promtool(dir, &["check", "rules", "expressions.yml"], None).await
 }
-
 
 /// The span attribute names the README's telemetry contract lists ("Attributes: …").
 fn contract_span_attributes() -> BTreeSet<String> {
@@ -281,7 +277,6 @@ fn contract_span_attributes() -> BTreeSet<String> {
     );
     attrs
 }
-
 
 /// `{{label}}` names of a legend format.
 fn legend_labels(legend: &str) -> Vec<String> {
