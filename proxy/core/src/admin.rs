@@ -229,3 +229,6 @@ fn skew(servers: &[ServerState]) -> Vec<serde_json::Value> {
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests;

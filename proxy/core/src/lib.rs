@@ -49,4 +49,6 @@ pub mod readiness;
 pub mod route;
 pub mod server;
 pub mod spans;
+#[cfg(test)]
+mod testkit;
 pub mod tls;

@@ -492,3 +492,6 @@ pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
         .await
         .map_err(|e| std::io::Error::new(e.kind(), format!("bind {addr}: {e}")))
 }
+
+#[cfg(test)]
+mod tests;

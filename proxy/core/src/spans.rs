@@ -147,3 +147,40 @@ fn event(span: &RequestSpan, name: &'static str, hit: bool, micros: u128) {
         );
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::classify::classify;
+
+    /// README: "a `SERVER` span named `{method} {route}` with a templated route": names
+    /// carry no object name, namespace or query, so they stay few.
+    #[test]
+    fn span_names_are_the_method_and_the_templated_route() {
+        let cases = [
+            (
+                "GET",
+                "/api/v1/namespaces/default/pods",
+                "GET /api/{version}/namespaces/{namespace}/{resource}",
+            ),
+            (
+                "DELETE",
+                "/apis/apps/v1/namespaces/kube-system/deployments/coredns",
+                "DELETE /apis/{group}/{version}/namespaces/{namespace}/{resource}/{name}",
+            ),
+            (
+                "PUT",
+                "/api/v1/nodes/n1/status",
+                "PUT /api/{version}/{resource}/{name}/{subresource}",
+            ),
+            ("GET", "/apis", "GET /apis"),
+            ("GET", "/apis/apps/v1", "GET /apis/{group}/{version}"),
+            ("GET", "/healthz", "GET"),
+        ];
+        for (method, path, want) in cases {
+            let method: Method = method.parse().unwrap();
+            let info = classify(&method, path, None);
+            assert_eq!(span_name(&method, &info), want, "{path}");
+        }
+    }
+}

@@ -414,3 +414,6 @@ impl Snapshot {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
