@@ -154,6 +154,87 @@ fn authority_with_port(url: &http::Uri) -> String {
 pub async fn start(config: &Config, sockets: Sockets) -> Result<Running, StartError> {
     tls::install_provider();
     let mut reloader = Reloader::new(config.timing.tls_reload_interval);
+    let (local, new_peer) = upstreams(config, &mut reloader)?;
+    let mut registry = Registry::default();
+    let metrics = Arc::new(Metrics::register(&mut registry));
+    let cache = Cache::new(
+        local.clone(),
+        new_peer,
+        RefreshSettings {
+            interval: config.timing.refresh_interval,
+            max_document_bytes: config.limits.max_discovery_document_bytes,
+        },
+        metrics.clone(),
+    );
+    let (auth, acceptor) = proxy_tls(config, &mut reloader)?;
+    let (admin_tls, delegated) = admin_security(config, &mut reloader, &local)?;
+    let peer_source = match &config.peers {
+        Peers::Static(peers) => {
+            cache.set_peers(
+                peers
+                    .iter()
+                    .map(|p| PeerSpec {
+                        name: p.name.clone(),
+                        url: p.url.clone(),
+                        generation: String::new(),
+                    })
+                    .collect(),
+            );
+            None
+        }
+        Peers::Cluster(cluster) => Some(kube_source(config, cluster, &local, metrics.clone())?),
+    };
+    let listen = sockets.proxy.local_addr()?;
+    let admin_addr = sockets.admin.local_addr()?;
+    let readiness = Arc::new(Readiness::new(
+        config.max_tracked_clients,
+        metrics.clone(),
+        config.header_names.user.clone(),
+    ));
+    let app = Arc::new(App {
+        auth,
+        server_id: config.server_id.clone(),
+        listen,
+        local,
+        cache: cache.clone(),
+        metrics,
+        limits: config.limits,
+        readiness: readiness.clone(),
+    });
+    let admin = Admin {
+        cache: cache.clone(),
+        registry: Arc::new(registry),
+        readiness,
+        delegated,
+    };
+    let shutdown = CancellationToken::new();
+    let tasks = tokio::spawn(run(
+        Tasks {
+            sockets,
+            acceptor,
+            app,
+            admin_tls,
+            admin,
+            peer_source,
+            reloader,
+        },
+        shutdown.clone(),
+    ));
+    tracing::info!(%listen, admin = %admin_addr, local = %config.local, peers = config.static_peers().len(), "mvproxy started");
+    Ok(Running {
+        listen,
+        admin: admin_addr,
+        cache,
+        shutdown,
+        tasks,
+    })
+}
+
+/// The local server's client, and how a peer's is made (TLS files read and watched).
+fn upstreams(
+    config: &Config,
+    reloader: &mut Reloader,
+) -> Result<(Upstream, UpstreamFactory), StartError> {
     let verify = &config.upstream_tls.verify;
     let insecure = verify.is_insecure();
     if insecure {
@@ -179,37 +260,29 @@ pub async fn start(config: &Config, sockets: Sockets) -> Result<Running, StartEr
         connect_timeout: config.timing.connect_timeout,
         insecure_skip_verify: insecure,
     };
-    let upstream = |name, url: &http::Uri, settings: &ClientSettings| {
-        Upstream::new(
-            name,
-            url.clone(),
-            settings,
-            config.timing.response_header_timeout,
-        )
-        .map_err(|source| StartError::Upstream {
-            name: url.to_string(),
-            source,
-        })
-    };
-    let local = upstream(config.server_id.clone(), &config.local, &local_settings)?;
     let timeout = config.timing.response_header_timeout;
+    let local = Upstream::new(
+        config.server_id.clone(),
+        config.local.clone(),
+        &local_settings,
+        timeout,
+    )
+    .map_err(|source| StartError::Upstream {
+        name: config.local.to_string(),
+        source,
+    })?;
     let new_peer: UpstreamFactory = Box::new(move |name, url| {
         Upstream::new(name.clone(), url.clone(), &peer_settings, timeout)
     });
+    Ok((local, new_peer))
+}
 
-    let mut registry = Registry::default();
-    let metrics = Arc::new(Metrics::register(&mut registry));
-    let cache = Cache::new(
-        local.clone(),
-        new_peer,
-        RefreshSettings {
-            interval: config.timing.refresh_interval,
-            max_document_bytes: config.limits.max_discovery_document_bytes,
-        },
-        metrics.clone(),
-    );
-    // Client certificates: each CA file is watched, so a CA added to the bundle is trusted
-    // from the next handshake on.
+/// Who the proxy listener's clients are (from their certificates), and its TLS. Each CA
+/// file is watched, so a CA added to the bundle is trusted from the next handshake on.
+fn proxy_tls(
+    config: &Config,
+    reloader: &mut Reloader,
+) -> Result<(Authenticator, Option<TlsAcceptor>), StartError> {
     let proxy_tls = config.proxy_tls.as_ref();
     let users = proxy_tls
         .and_then(|t| match &t.identity {
@@ -234,120 +307,84 @@ pub async fn start(config: &Config, sockets: Sockets) -> Result<Running, StartEr
         }),
         config.header_names.clone(),
     );
-    let acceptor = match proxy_tls {
-        Some(t) => {
-            let client_cas = t.client_cas();
-            let handshake_verifier = if client_cas.is_empty() {
-                None
-            } else {
-                Some(reloader.client_cas(&client_cas)?
-                    as Arc<dyn rustls::server::danger::ClientCertVerifier>)
-            };
-            Some(TlsAcceptor::from(Arc::new(tls::server_config(
-                reloader.serving_cert(&t.serving.cert, &t.serving.key)?,
-                handshake_verifier,
-            )?)))
-        }
-        None => None,
+    let Some(t) = proxy_tls else {
+        return Ok((auth, None));
     };
-    let (admin_tls, delegated) = match &config.admin {
-        AdminSecurity::Tls(t) => {
-            let clients = t
-                .client_ca
-                .as_deref()
-                .map(|ca| reloader.client_cas(&[ca]))
-                .transpose()?
-                .map(|v| v as Arc<dyn rustls::server::danger::ClientCertVerifier>);
-            let acceptor = TlsAcceptor::from(Arc::new(tls::server_config(
-                reloader.serving_cert(&t.serving.cert, &t.serving.key)?,
-                clients,
-            )?));
-            let delegated = Delegated::new(
-                local.clone(),
-                DelegatedSettings {
-                    always_allow: t.always_allow.clone(),
-                    token_file: t.token.path(),
-                    cache_ttl: t.cache_ttl,
-                },
-            );
-            (Some(acceptor), Some(Arc::new(delegated)))
-        }
-        AdminSecurity::PlainHttp => (None, None),
+    let client_cas = t.client_cas();
+    let handshake_verifier = if client_cas.is_empty() {
+        None
+    } else {
+        Some(reloader.client_cas(&client_cas)?
+            as Arc<dyn rustls::server::danger::ClientCertVerifier>)
     };
-    let Sockets {
-        proxy: listener,
-        admin: admin_listener,
-    } = sockets;
-    let listen = listener.local_addr()?;
-    let admin_addr = admin_listener.local_addr()?;
+    let acceptor = TlsAcceptor::from(Arc::new(tls::server_config(
+        reloader.serving_cert(&t.serving.cert, &t.serving.key)?,
+        handshake_verifier,
+    )?));
+    Ok((auth, Some(acceptor)))
+}
 
-    let shutdown = CancellationToken::new();
-    let peer_source = match &config.peers {
-        Peers::Static(peers) => {
-            cache.set_peers(
-                peers
-                    .iter()
-                    .map(|p| PeerSpec {
-                        name: p.name.clone(),
-                        url: p.url.clone(),
-                        generation: String::new(),
-                    })
-                    .collect(),
-            );
-            None
-        }
-        Peers::Cluster(cluster) => Some(kube_source(config, cluster, &local, metrics.clone())?),
+/// The admin listener's TLS and its reviews by the local server, when it is not plain HTTP.
+fn admin_security(
+    config: &Config,
+    reloader: &mut Reloader,
+    local: &Upstream,
+) -> Result<(Option<TlsAcceptor>, Option<Arc<Delegated>>), StartError> {
+    let AdminSecurity::Tls(t) = &config.admin else {
+        return Ok((None, None));
     };
-    let readiness = Arc::new(Readiness::new(
-        config.max_tracked_clients,
-        metrics.clone(),
-        config.header_names.user.clone(),
+    let clients = t
+        .client_ca
+        .as_deref()
+        .map(|ca| reloader.client_cas(&[ca]))
+        .transpose()?
+        .map(|v| v as Arc<dyn rustls::server::danger::ClientCertVerifier>);
+    let acceptor = TlsAcceptor::from(Arc::new(tls::server_config(
+        reloader.serving_cert(&t.serving.cert, &t.serving.key)?,
+        clients,
+    )?));
+    let delegated = Delegated::new(
+        local.clone(),
+        DelegatedSettings {
+            always_allow: t.always_allow.clone(),
+            token_file: t.token.path(),
+            cache_ttl: t.cache_ttl,
+        },
+    );
+    Ok((Some(acceptor), Some(Arc::new(delegated))))
+}
+
+/// Everything that runs until shutdown.
+struct Tasks {
+    sockets: Sockets,
+    acceptor: Option<TlsAcceptor>,
+    app: Arc<App>,
+    admin_tls: Option<TlsAcceptor>,
+    admin: Admin,
+    peer_source: Option<KubeSource>,
+    reloader: Reloader,
+}
+
+/// Runs the peer source, the refreshers, the TLS reloads and both listeners until
+/// `shutdown`; returns when the proxy listener has drained and every task has stopped.
+async fn run(tasks: Tasks, shutdown: CancellationToken) {
+    let cache = tasks.app.cache.clone();
+    let peers = tasks
+        .peer_source
+        .map(|source| tokio::spawn(source.run(cache.clone(), shutdown.clone())));
+    let refresher = tokio::spawn(cache.run(shutdown.clone()));
+    let reloads = tokio::spawn(tasks.reloader.run(shutdown.clone()));
+    let admin = tokio::spawn(admin::serve(
+        tasks.sockets.admin,
+        tasks.admin_tls,
+        tasks.admin,
+        shutdown.clone(),
     ));
-    let app = Arc::new(App {
-        auth,
-        server_id: config.server_id.clone(),
-        listen,
-        local,
-        cache: cache.clone(),
-        metrics,
-        limits: config.limits,
-        readiness: readiness.clone(),
-    });
-    let admin = Admin {
-        cache: cache.clone(),
-        registry: Arc::new(registry),
-        readiness,
-        delegated,
-    };
-    let tasks = tokio::spawn({
-        let shutdown = shutdown.clone();
-        let cache = cache.clone();
-        async move {
-            let peers =
-                peer_source.map(|source| tokio::spawn(source.run(cache.clone(), shutdown.clone())));
-            let refresher = tokio::spawn(cache.run(shutdown.clone()));
-            let reloads = tokio::spawn(reloader.run(shutdown.clone()));
-            let admin = tokio::spawn(admin::serve(
-                admin_listener,
-                admin_tls,
-                admin,
-                shutdown.clone(),
-            ));
-            server::serve(listener, acceptor, app, shutdown.clone()).await;
-            let _ = tokio::join!(refresher, admin, reloads);
-            if let Some(peers) = peers {
-                let _ = peers.await;
-            }
-        }
-    });
-    tracing::info!(%listen, admin = %admin_addr, local = %config.local, peers = config.static_peers().len(), "mvproxy started");
-    Ok(Running {
-        listen,
-        admin: admin_addr,
-        cache,
-        shutdown,
-        tasks,
-    })
+    server::serve(tasks.sockets.proxy, tasks.acceptor, tasks.app, shutdown).await;
+    let _ = tokio::join!(refresher, admin, reloads);
+    if let Some(peers) = peers {
+        let _ = peers.await;
+    }
 }
 
 /// Resolves on SIGTERM or Ctrl-C (SIGINT).
