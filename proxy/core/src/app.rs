@@ -36,15 +36,20 @@ use crate::tls::{self, TlsError};
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
     #[error("TLS: {0}")]
+    /// A TLS file could not be used.
     Tls(#[from] TlsError),
     #[error("{0}")]
+    /// A listener's address could not be read.
     Bind(#[from] std::io::Error),
     /// The kubeconfig of `--kubeconfig` could not be read (it could when validated).
     #[error("kubeconfig: {0}")]
     Kubeconfig(#[from] crate::kubeconfig::KubeconfigError),
     #[error("upstream {name}: {source}")]
+    /// An upstream client could not be built.
     Upstream {
+        /// The upstream's URL.
         name: String,
+        /// Why.
         source: crate::forward::UpstreamError,
     },
 }
@@ -74,6 +79,7 @@ pub struct Running {
     pub listen: SocketAddr,
     /// The admin listener's address.
     pub admin: SocketAddr,
+    /// The discovery cache (what the demo watches to know the proxies caught up).
     pub cache: Arc<Cache>,
     shutdown: CancellationToken,
     tasks: JoinHandle<()>,

@@ -5,9 +5,9 @@
 //! Flags mirror kube-apiserver's names; the YAML file uses the same names (without `--`),
 //! and a flag given on the command line wins over the file.
 //!
-//! Three steps, each in its own file: [`args`] is the raw shape (every value optional),
-//! [`validate`](mod@validate) turns it into a `Config` without touching the file system (so
-//! every rule is a table test), and [`files`] then checks that each file named can be read.
+//! Three steps, each in its own file: `args` is the raw shape (every value optional),
+//! `validate` turns it into a `Config` without touching the file system (so
+//! every rule is a table test), and `files` then checks that each file named can be read.
 //! `Config` is grouped the way mvproxy uses it, and what cannot be combined has no shape:
 //! skipping verification carries no CA file ([`Verify`]), cluster peers carry no static
 //! list ([`Peers`]), plain-HTTP admin endpoints carry no authentication settings
@@ -263,7 +263,7 @@ pub struct RequestHeaderTrust {
     pub allowed_names: Vec<String>,
 }
 
-/// The admin listener's security (see [`crate::delegated`]).
+/// The admin listener's security (see `crate::delegated`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AdminSecurity {
     /// Plain HTTP, no authentication: loopback, or asked for by name.

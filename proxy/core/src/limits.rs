@@ -88,9 +88,13 @@ pub const REFUSE_TIMEOUT: Duration = Duration::from_secs(10);
 /// The limits, validated (see [`crate::config`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
+    /// `--max-request-header-bytes`.
     pub max_request_header_bytes: usize,
+    /// `--max-request-body-bytes`.
     pub max_request_body_bytes: u64,
+    /// `--max-discovery-document-bytes`.
     pub max_discovery_document_bytes: usize,
+    /// `--max-connections`.
     pub max_connections: usize,
 }
 
@@ -383,6 +387,7 @@ enum BodyFailure {
 #[derive(Debug, thiserror::Error)]
 #[error("the request body is larger than {limit} bytes")]
 pub struct BodyTooLarge {
+    /// `--max-request-body-bytes`.
     pub limit: u64,
 }
 
@@ -391,6 +396,7 @@ pub struct BodyTooLarge {
 #[derive(Debug, thiserror::Error)]
 #[error("reading the client's request body: {cause}")]
 pub struct ClientBodyFailed {
+    /// What failed, in words.
     pub cause: String,
 }
 

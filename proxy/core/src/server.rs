@@ -36,12 +36,15 @@ use crate::route::{LocalReason, MergedFormat, Route, decide};
 use crate::spans;
 
 /// A client's request body as [`handle`] takes it: hyper's [`Incoming`](hyper::body::Incoming) on the listener.
-pub trait ClientBody: http_body::Body<Data = Bytes> + Send + Sync + Unpin + 'static {}
+pub(crate) trait ClientBody:
+    http_body::Body<Data = Bytes> + Send + Sync + Unpin + 'static
+{
+}
 
 impl<B> ClientBody for B where B: http_body::Body<Data = Bytes> + Send + Sync + Unpin + 'static {}
 
 /// What every request needs: the upstreams, the discovery cache and the metric handles.
-pub struct App {
+pub(crate) struct App {
     /// Turns a connection's client certificate into the identity headers upstreams see.
     pub auth: Authenticator,
     pub server_id: ServerName,
@@ -61,7 +64,7 @@ pub struct App {
 ///
 /// Generic over the request body: the listener passes hyper's
 /// [`Incoming`](hyper::body::Incoming), a test any body.
-pub async fn handle<B>(
+pub(crate) async fn handle<B>(
     app: Arc<App>,
     identity: Arc<ClientIdentity>,
     mut req: Request<B>,
@@ -408,10 +411,10 @@ fn method_label(m: &Method) -> &'static str {
 }
 
 /// How long in-flight requests get to finish after a shutdown signal (watches never finish).
-pub const SHUTDOWN_DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const SHUTDOWN_DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Serves the proxy on `listener` until `shutdown` is cancelled, then drains open connections.
-pub async fn serve(
+pub(crate) async fn serve(
     listener: TcpListener,
     tls: Option<TlsAcceptor>,
     app: Arc<App>,
@@ -487,7 +490,7 @@ pub async fn serve(
 }
 
 /// Binds a listener, naming the address in the error.
-pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+pub(crate) async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
     TcpListener::bind(addr)
         .await
         .map_err(|e| std::io::Error::new(e.kind(), format!("bind {addr}: {e}")))

@@ -30,6 +30,8 @@ pub enum IdentityMode {
 /// Where peers come from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize, Serialize, Default)]
 #[serde(rename_all = "kebab-case")]
+// Variant doc comments would become `--help` text beside each possible value.
+#[allow(missing_docs)]
 pub enum PeerSource {
     #[default]
     Static,
@@ -40,6 +42,8 @@ pub enum PeerSource {
 /// Log line format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize, Serialize, Default)]
 #[serde(rename_all = "kebab-case")]
+// Variant doc comments would become `--help` text beside each possible value.
+#[allow(missing_docs)]
 pub enum LogFormat {
     #[default]
     Text,
@@ -192,6 +196,8 @@ pub struct ServeArgs {
 /// Scheme of peer addresses read from Leases or EndpointSlices.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize, Serialize, Default)]
 #[serde(rename_all = "kebab-case")]
+// Variant doc comments would become `--help` text beside each possible value.
+#[allow(missing_docs)]
 pub enum PeerScheme {
     #[default]
     Https,

@@ -36,6 +36,7 @@ const MISS_REFRESH_GAP: Duration = Duration::from_secs(1);
 /// Timing of the refresher.
 #[derive(Debug, Clone, Copy)]
 pub struct RefreshSettings {
+    /// Between refreshes of each server.
     pub interval: Duration,
     /// Largest discovery document read (`--max-discovery-document-bytes`).
     pub max_document_bytes: usize,
@@ -44,7 +45,9 @@ pub struct RefreshSettings {
 /// A peer as a peer source reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PeerSpec {
+    /// The peer's server name.
     pub name: ServerName,
+    /// Where it is reached.
     pub url: Uri,
     /// Changes when the peer restarts (a lease's holder identity); a change triggers a refetch.
     pub generation: String,
