@@ -277,6 +277,11 @@ impl Proxy {
     }
 }
 
+/// An address where nothing listens, so a connection is refused at once: port 1 (tcpmux),
+/// which no machine running these tests serves, and which no test binds (a port found free
+/// could be taken by the time it is used).
+pub const NOTHING_LISTENS: &str = "http://127.0.0.1:1";
+
 /// A loopback port that was free a moment ago, for `mvproxy serve` processes that must know
 /// each other's address before either starts; in-process proxies bind theirs first
 /// ([`bind_sockets`]).
