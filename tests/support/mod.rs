@@ -148,6 +148,11 @@ impl Proxy {
         }
     }
 
+    /// Starts the app in this process with `args` on loopback listeners bound first.
+    pub async fn serve(args: &[String]) -> Proxy {
+        Self::in_process(bind_sockets().await, args).await
+    }
+
     /// Starts `mvproxy serve` with `args` plus loopback listeners on free ports, and waits
     /// until it reports its addresses.
     pub async fn start(args: &[String]) -> Proxy {
