@@ -560,7 +560,10 @@ mod tests {
 
     fn limited_post(
         body: Channel<Bytes, crate::forward::BoxError>,
-    ) -> (LimitedBody<Channel<Bytes, crate::forward::BoxError>>, BodyLimit) {
+    ) -> (
+        LimitedBody<Channel<Bytes, crate::forward::BoxError>>,
+        BodyLimit,
+    ) {
         let info = crate::classify::classify(
             &http::Method::POST,
             "/api/v1/namespaces/default/configmaps",
@@ -578,11 +581,16 @@ mod tests {
         // part of the body came, then the client went quiet: the body waits on the client
         let (mut tx, rx) = Channel::new(4);
         let (mut body, limit) = limited_post(rx);
-        tx.send_data(Bytes::from_static(b"{\"metadata\":")).await.unwrap();
+        tx.send_data(Bytes::from_static(b"{\"metadata\":"))
+            .await
+            .unwrap();
         let first = body.frame().await.unwrap().unwrap();
         assert_eq!(first.into_data().unwrap(), &b"{\"metadata\":"[..]);
         let waited = std::future::poll_fn(|cx| Poll::Ready(Pin::new(&mut body).poll_frame(cx)));
-        assert!(waited.await.is_pending(), "nothing more from the client yet");
+        assert!(
+            waited.await.is_pending(),
+            "nothing more from the client yet"
+        );
         match limit.explain(upstream_timeout()) {
             Err(ProxyError::ClientBody { cause }) => {
                 assert!(cause.contains("had not all arrived after 60s"), "{cause}")
