@@ -282,6 +282,7 @@ async fn a_down_peer_gives_a_fast_503_status_never_a_404_and_local_traffic_carri
         b: _b,
         proxy_a,
         proxy_b,
+        ..
     } = c;
     proxy_b.kill().await;
 
