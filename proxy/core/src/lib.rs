@@ -50,3 +50,4 @@ pub mod route;
 pub mod server;
 pub mod spans;
 pub mod tls;
+pub mod watch_end;
