@@ -334,7 +334,7 @@ rw_check() { # NAME ARGS...: records RW_DETAIL
   shift
   if restart_watch "$@"; then record "$name" PASS "$RW_DETAIL"; else record "$name" FAIL "$RW_DETAIL"; fi
   # Gone again: a workload left in etcd breaks the other release's lists of workloads (above).
-  kc "$kubectl_new" "$5" delete "$([ "$3" = workload ] && echo "$WL_NEW" || echo configmaps)" -n default -l "rw=$2" >/dev/null 2>&1 || true
+  kc "$kubectl_new" "$5" delete "$([ "$2" = workload ] && echo "$WL_NEW" || echo configmaps)" -n default -l "rw=$1" >/dev/null 2>&1 || true
 }
 start_mvproxy_a() { mvp_start mvproxy-a "$MA_IP" "$A_IP" --server-id apiserver-a --peer "apiserver-b=https://$MB_IP:7443" && mvp_ready "$MA_IP"; }
 start_mvproxy_b() { mvp_start mvproxy-b "$MB_IP" "$B_IP" --server-id apiserver-b --peer "apiserver-a=https://$MA_IP:7443" && mvp_ready "$MB_IP"; }
