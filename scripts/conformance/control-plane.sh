@@ -10,8 +10,11 @@
 #   kubectl api-resources (installed kubectl and an older release) through either proxy;
 #   create/get/list/watch/delete of a resource only the other release serves; a watch across
 #   the peer hop; front-proxy identity with RBAC (also across the hop, spoofing refused);
-#   --peer-source endpointslices; which clients used GVRs of the skew (/debug/clients and
-#   mvproxy_skew_requests_total); then the rolling upgrade 1.35 -> 1.36 under load via A', B'.
+#   watches across a restart of A', of B' and of the API server B, no event lost (issue 13
+#   §5); --peer-source endpointslices and leases; which clients used GVRs of the skew
+#   (/debug/clients and mvproxy_skew_requests_total); admin endpoints over TLS delegated to the
+#   real TokenReview and SubjectAccessReview (issue 13 §2); then the rolling upgrade
+#   1.35 -> 1.36 under load via A', B'.
 # Control plane 2 (upstream's Mixed Version Proxy on in both): the same rolling upgrade straight
 # to the API servers; halfway (A = 1.36, B = 1.35) --peer-source leases and mvproxy's merged
 # /apis against the 1.36 server's own peer-aggregated /apis.
