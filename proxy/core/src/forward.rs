@@ -70,7 +70,9 @@ pub enum UpstreamError {
     /// The configured TLS server name is not a DNS name or an IP address.
     #[error("server name {name:?}: {source}")]
     ServerName {
+        /// The name given.
         name: String,
+        /// Why it is not a DNS name or IP address.
         source: rustls::pki_types::InvalidDnsNameError,
     },
 }
@@ -151,6 +153,7 @@ pub struct ClientSettings {
     pub tls: Option<rustls::ClientConfig>,
     /// SNI and verified name for TLS upstreams; `None` uses the URL's host.
     pub server_name: Option<String>,
+    /// For a TCP connection.
     pub connect_timeout: Duration,
     /// `tls` does not verify certificates (`--insecure-skip-tls-verify`): every failure to
     /// reach the upstream logs a warning saying so.
@@ -158,9 +161,10 @@ pub struct ClientSettings {
 }
 
 /// One upstream: its name, its base URL and pooled clients: HTTP/2 when an `https` upstream
-/// offers it ([`crate::h2pool`]), HTTP/1.1 otherwise and for upgrades.
+/// offers it (`crate::h2pool`), HTTP/1.1 otherwise and for upgrades.
 #[derive(Clone)]
 pub struct Upstream {
+    /// The server's name (label values, error messages).
     pub name: ServerName,
     /// `scheme://authority` of the upstream.
     pub base: Uri,

@@ -30,7 +30,7 @@ use http_body::{Body as HttpBody, Frame, SizeHint};
 
 /// How a watch's events are delimited in its body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Framing {
+pub(crate) enum Framing {
     /// Newline after each JSON event.
     JsonLines,
     /// A 4-byte big-endian length before each event.
@@ -40,7 +40,7 @@ pub enum Framing {
 impl Framing {
     /// The framing of a watch response with this `Content-Type`; `None` when its event
     /// boundaries cannot be told.
-    pub fn of(content_type: Option<&HeaderValue>) -> Option<Self> {
+    pub(crate) fn of(content_type: Option<&HeaderValue>) -> Option<Self> {
         let value = content_type?.to_str().ok()?;
         let media = value.split(';').next()?.trim().to_ascii_lowercase();
         match media.as_str() {
@@ -115,14 +115,14 @@ impl Boundary {
 
 /// A watch response body that ends, instead of failing, when its upstream breaks between
 /// two events.
-pub struct WatchBody<B> {
+pub(crate) struct WatchBody<B> {
     inner: B,
     boundary: Boundary,
     ended: bool,
 }
 
 impl<B> WatchBody<B> {
-    pub fn new(inner: B, framing: Framing) -> Self {
+    pub(crate) fn new(inner: B, framing: Framing) -> Self {
         Self {
             inner,
             boundary: Boundary::new(framing),
