@@ -453,6 +453,7 @@ async fn watch_end_after_the_peer_dies(http2: bool) -> Option<String> {
         b,
         proxy_a,
         proxy_b,
+        ..
     } = Cluster::start_processes().await; // killed below: a process that dies
     let watch = req(
         Method::GET,
