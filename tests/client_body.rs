@@ -201,7 +201,7 @@ async fn a_malformed_chunked_body_is_a_400_on_local_and_peer_routes_and_blames_n
 
 #[tokio::test]
 async fn a_body_that_stops_arriving_is_the_clients_400_not_an_upstream_504() {
-    let c = Cluster::start_processes_with_args(&["--response-header-timeout-seconds", "1"]).await;
+    let c = Cluster::start_processes_with(&[], &["--response-header-timeout-seconds", "1"]).await;
     let before_a = scrape(&c.proxy_a).await;
 
     // the client sends the head and part of its body, then nothing more (the connection

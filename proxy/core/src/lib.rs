@@ -57,3 +57,4 @@ pub(crate) mod spans;
 #[cfg(test)]
 mod testkit;
 pub mod tls;
+pub(crate) mod watch_end;
