@@ -18,17 +18,18 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::uri::PathAndQuery;
 use http::{Request, Response, StatusCode, Uri};
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Empty, Full, Limited};
 use hyper_rustls::{FixedServerNameResolver, HttpsConnector, HttpsConnectorBuilder};
-use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::connect::dns::{GaiAddrs, GaiResolver, Name};
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::TokioIo;
 
 use crate::discovery::ServerName;
 use crate::error::{ProxyError, TransportFailure};
+use crate::h1pool::H1Pool;
 use crate::h2pool::{H2Pool, UpstreamBody};
 use crate::limits::{BodyTooLarge, ClientBodyFailed};
 use crate::route::PEER_PROXIED;
@@ -40,12 +41,7 @@ pub type Body = BoxBody<Bytes, BoxError>;
 
 /// The port of an upstream URL, or its scheme's default.
 pub fn port_of(url: &Uri) -> u16 {
-    url.port_u16()
-        .unwrap_or(if url.scheme_str() == Some("https") {
-            443
-        } else {
-            80
-        })
+    url.port_u16().unwrap_or_else(|| port_of_scheme(url))
 }
 
 /// A body holding `bytes`.
@@ -62,7 +58,6 @@ pub fn empty() -> Body {
 
 /// The connector of every upstream client.
 pub(crate) type Connector = HttpsConnector<HttpConnector<Resolver>>;
-type HttpsClient = Client<Connector, Body>;
 
 /// Why an [`Upstream`] could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -73,6 +68,9 @@ pub enum UpstreamError {
         name: String,
         source: rustls::pki_types::InvalidDnsNameError,
     },
+    /// The URL's host cannot be a `Host` header.
+    #[error("{url}: the host is not a valid Host header")]
+    Host { url: String },
 }
 
 /// A failed name lookup: the upstream's address, not the upstream, is what failed.
@@ -157,14 +155,18 @@ pub struct ClientSettings {
     pub insecure_skip_verify: bool,
 }
 
-/// One upstream: its name, its base URL and pooled clients: HTTP/2 when an `https` upstream
-/// offers it ([`crate::h2pool`]), HTTP/1.1 otherwise and for upgrades.
+/// One upstream: its name, its base URL and pooled connections: HTTP/2 when an `https`
+/// upstream offers it ([`crate::h2pool`]), HTTP/1.1 otherwise and for upgrades
+/// ([`crate::h1pool`]).
 #[derive(Clone)]
 pub struct Upstream {
     pub name: ServerName,
     /// `scheme://authority` of the upstream.
     pub base: Uri,
-    client: HttpsClient,
+    /// The `Host` header of HTTP/1.1 requests: the base's host, and its port unless it is the
+    /// scheme's default (as hyper-util's client wrote it).
+    host: HeaderValue,
+    h1: Arc<H1Pool>,
     h2: Option<Arc<H2Pool>>,
     response_header_timeout: Duration,
     insecure_skip_verify: bool,
@@ -255,13 +257,12 @@ impl Upstream {
         };
         let insecure_skip_verify =
             settings.insecure_skip_verify && base.scheme_str() == Some("https");
-        let client = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(Duration::from_secs(90))
-            .build(connector);
+        let host = host_header(&base)?;
         Ok(Self {
             name,
             base,
-            client,
+            host,
+            h1: H1Pool::new(connector),
             h2,
             response_header_timeout,
             insecure_skip_verify,
@@ -282,7 +283,11 @@ impl Upstream {
         let upgrade = is_upgrade(req.headers());
         let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
         let (mut parts, body) = req.into_parts();
-        parts.uri = self.uri_for(parts.uri.path_and_query().map(|pq| pq.as_str()))?;
+        // Origin form, the path and query byte for byte (no parse: the client's is reused).
+        parts.uri = match parts.uri.path_and_query() {
+            Some(pq) => Uri::from(pq.clone()),
+            None => Uri::from(PathAndQuery::from_static("/")),
+        };
         parts.version = http::Version::HTTP_11;
         strip_hop_by_hop(&mut parts.headers, upgrade);
         parts.headers.remove(header::HOST);
@@ -321,8 +326,12 @@ impl Upstream {
         &self,
         mut req: Request<Body>,
     ) -> Result<Response<UpstreamBody>, ProxyError> {
-        let path_and_query = req.uri().path_and_query().map(|pq| pq.as_str().to_owned());
-        *req.uri_mut() = self.uri_for(path_and_query.as_deref())?;
+        *req.uri_mut() = Uri::from(
+            req.uri()
+                .path_and_query()
+                .cloned()
+                .unwrap_or_else(|| PathAndQuery::from_static("/")),
+        );
         self.send(req).await
     }
 
@@ -333,7 +342,9 @@ impl Upstream {
         headers: HeaderMap,
     ) -> Result<Response<UpstreamBody>, ProxyError> {
         let mut req = Request::new(empty());
-        *req.uri_mut() = self.uri_for(Some(path))?;
+        *req.uri_mut() = path
+            .parse()
+            .map_err(|e: http::uri::InvalidUri| ProxyError::BadRequest(e.to_string()))?;
         *req.headers_mut() = headers;
         self.send(req).await
     }
@@ -395,15 +406,32 @@ impl Upstream {
     }
 
     /// HTTP/2 when the upstream speaks it and the request is no upgrade, else HTTP/1.1.
-    async fn send_on_pool(&self, req: Request<Body>) -> Result<Response<UpstreamBody>, BoxError> {
+    /// `req` has an origin-form URI.
+    async fn send_on_pool(
+        &self,
+        mut req: Request<Body>,
+    ) -> Result<Response<UpstreamBody>, BoxError> {
+        let upgrade = is_upgrade(req.headers());
         if let Some(h2) = &self.h2
             && !h2.is_http1()
-            && !is_upgrade(req.headers())
+            && !upgrade
             && let Some(stream) = h2.checkout(&self.base).await?
         {
+            *req.uri_mut() = self.absolute(req.uri())?;
             return Ok(stream.send(req).await?);
         }
-        Ok(self.client.request(req).await?.map(UpstreamBody::from))
+        if !req.headers().contains_key(header::HOST) {
+            req.headers_mut().insert(header::HOST, self.host.clone());
+        }
+        if upgrade {
+            return Ok(self
+                .h1
+                .send_upgrade(&self.base, req)
+                .await?
+                .map(UpstreamBody::from));
+        }
+        let (resp, lease) = self.h1.send(&self.base, req).await?;
+        Ok(resp.map(|body| UpstreamBody::leased(body, lease)))
     }
 
     /// Open HTTP/2 connections to this upstream (0 for HTTP/1.1 upstreams).
@@ -414,15 +442,36 @@ impl Upstream {
         }
     }
 
-    fn uri_for(&self, path_and_query: Option<&str>) -> Result<Uri, ProxyError> {
+    /// `origin` (a path and query) against this upstream's scheme and authority (HTTP/2).
+    fn absolute(&self, origin: &Uri) -> Result<Uri, http::uri::InvalidUriParts> {
         let mut parts = self.base.clone().into_parts();
-        parts.path_and_query = Some(
-            path_and_query
-                .unwrap_or("/")
-                .parse()
-                .map_err(|e: http::uri::InvalidUri| ProxyError::BadRequest(e.to_string()))?,
-        );
-        Uri::from_parts(parts).map_err(|e| ProxyError::BadRequest(e.to_string()))
+        parts.path_and_query = origin.path_and_query().cloned();
+        Uri::from_parts(parts)
+    }
+
+    /// Idle HTTP/1.1 connections to this upstream (for tests).
+    pub fn http1_idle_connections(&self) -> usize {
+        self.h1.idle()
+    }
+}
+
+/// The `Host` header for `base`: its host, with its port unless that is the scheme's default.
+fn host_header(base: &Uri) -> Result<HeaderValue, UpstreamError> {
+    let host = base.host().unwrap_or_default();
+    let value = match base.port_u16() {
+        Some(port) if port != port_of_scheme(base) => format!("{host}:{port}"),
+        _ => host.to_owned(),
+    };
+    HeaderValue::from_str(&value).map_err(|_| UpstreamError::Host {
+        url: base.to_string(),
+    })
+}
+
+fn port_of_scheme(url: &Uri) -> u16 {
+    if url.scheme_str() == Some("https") {
+        443
+    } else {
+        80
     }
 }
 
@@ -502,6 +551,7 @@ pub fn causes(e: &(dyn StdError + 'static)) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hyper_util::rt::TokioExecutor;
 
     /// An error with a source, as hyper-util's client and connector errors wrap their causes.
     #[derive(Debug, thiserror::Error)]

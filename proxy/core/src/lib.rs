@@ -40,6 +40,7 @@ pub mod delegated;
 pub mod discovery;
 pub mod error;
 pub mod forward;
+pub mod h1pool;
 pub mod h2pool;
 pub mod identity;
 pub mod kubeconfig;
