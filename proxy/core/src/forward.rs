@@ -508,6 +508,10 @@ fn connection_tokens(headers: &HeaderMap) -> impl Iterator<Item = String> + '_ {
 /// Removes hop-by-hop headers (RFC 9110 §7.6.1): those named by `Connection` and the
 /// standard set. For an upgrade, `Connection: upgrade` and `Upgrade` must reach the upstream.
 pub fn strip_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) {
+    // Most messages have none of these: one pass over the names (no hashing) says so.
+    if !keep_upgrade && !headers.keys().any(is_hop_by_hop) {
+        return;
+    }
     let named: Vec<String> = connection_tokens(headers).collect();
     for name in named {
         if keep_upgrade && name == "upgrade" {
@@ -532,6 +536,18 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) {
         headers.remove(header::CONNECTION);
         headers.remove(header::UPGRADE);
     }
+}
+
+/// Whether `name` is `Connection`, `Upgrade` or one of the standard hop-by-hop headers
+/// (any header `Connection` names needs `Connection` itself).
+fn is_hop_by_hop(name: &HeaderName) -> bool {
+    name == header::CONNECTION
+        || name == header::UPGRADE
+        || name == header::TE
+        || name == header::TRAILER
+        || name == header::TRANSFER_ENCODING
+        || name.as_str() == "keep-alive"
+        || name.as_str() == "proxy-connection"
 }
 
 /// An error and its sources in words, deduplicated ("tcp connect error: Connection refused").
@@ -604,6 +620,26 @@ mod tests {
         let mut left: Vec<_> = h.keys().map(|k| k.as_str()).collect();
         left.sort();
         assert_eq!(left, ["accept", "authorization", "impersonate-user"]);
+    }
+
+    #[test]
+    fn each_hop_by_hop_header_is_dropped_even_alone() {
+        for name in [
+            "connection",
+            "upgrade",
+            "te",
+            "trailer",
+            "transfer-encoding",
+            "keep-alive",
+            "proxy-connection",
+        ] {
+            let mut h = HeaderMap::new();
+            h.insert(HeaderName::from_static(name), HeaderValue::from_static("x"));
+            h.insert(header::ACCEPT, HeaderValue::from_static("*/*"));
+            strip_hop_by_hop(&mut h, false);
+            assert_eq!(h.len(), 1, "{name}");
+            assert!(h.contains_key(header::ACCEPT));
+        }
     }
 
     #[test]
