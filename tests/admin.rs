@@ -28,7 +28,7 @@ async fn admin_over_tls_is_authenticated_and_authorized_by_the_local_api_server(
     ] {
         args.extend([flag.to_owned(), value]);
     }
-    let p = Proxy::start(&args).await;
+    let p = Proxy::serve(&args).await;
     let ca_file = ca.cert_file();
     let admin = |path: &'static str, client: Option<&'static str>, token: Option<&'static str>| {
         let (ca_file, addr) = (ca_file.clone(), p.admin);

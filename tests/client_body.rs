@@ -113,7 +113,7 @@ fn assert_client_fault(r: &Raw, what: &str) {
 
 #[tokio::test]
 async fn a_malformed_chunked_body_is_a_400_on_local_and_peer_routes_and_blames_no_upstream() {
-    let c = Cluster::start().await;
+    let c = Cluster::start_processes().await;
     let before_a = scrape(&c.proxy_a).await;
     let malformed = b"zz\r\nhello\r\n0\r\n\r\n";
 

@@ -97,7 +97,7 @@ async fn merged_apis_is_the_union_with_etag_vary_and_304() {
 async fn nopeer_passes_the_local_document_through_untouched() {
     // one proxy without peers, so that no peer's discovery fetch is counted as nopeer
     let a = standin("apiserver-a", &apis_134()).await;
-    let proxy = Proxy::start(&proxy_args("apiserver-a", &a.url(), &[])).await;
+    let proxy = Proxy::serve(&proxy_args("apiserver-a", &a.url(), &[])).await;
     proxy.ready().await;
     let r = get(&format!("{}/apis", proxy.url()), &[("accept", NOPEER)])
         .await
@@ -184,7 +184,7 @@ async fn a_legacy_only_server_is_read_and_merged() {
         .start("127.0.0.1:0".parse().unwrap())
         .await
         .unwrap();
-    let proxy = Proxy::start(&proxy_args(
+    let proxy = Proxy::serve(&proxy_args(
         "apiserver-a",
         &a.url(),
         &[("apiserver-old", &old.url())],

@@ -72,7 +72,7 @@ async fn setup() -> Setup {
     };
     let mut args_b = proxy_args("apiserver-b", &b.url(), &[]);
     common(&mut args_b);
-    let proxy_b = Proxy::start(&args_b).await;
+    let proxy_b = Proxy::serve(&args_b).await;
     proxy_b.ready().await;
     let mut args_a = proxy_args(
         "apiserver-a",
@@ -80,7 +80,7 @@ async fn setup() -> Setup {
         &[("apiserver-b", &format!("https://{}", proxy_b.listen))],
     );
     common(&mut args_a);
-    let proxy_a = Proxy::start(&args_a).await;
+    let proxy_a = Proxy::serve(&args_a).await;
     proxy_a.ready().await;
     crate::cluster::wait_all_up(&proxy_a).await;
     Setup {

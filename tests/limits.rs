@@ -19,7 +19,7 @@ fn with(mut args: Vec<String>, extra: &[&str]) -> Vec<String> {
 #[tokio::test]
 async fn an_oversized_request_head_gets_431_and_the_proxy_keeps_serving() {
     let a = standin("apiserver-a", &apis_134()).await;
-    let p = Proxy::start(&with(
+    let p = Proxy::serve(&with(
         proxy_args("apiserver-a", &a.url(), &[]),
         &["--max-request-header-bytes", "16384"],
     ))
@@ -99,7 +99,7 @@ async fn an_oversized_request_head_gets_431_and_the_proxy_keeps_serving() {
 #[tokio::test]
 async fn an_oversized_request_body_gets_413_whether_declared_or_streamed() {
     let a = standin("apiserver-a", &apis_134()).await;
-    let p = Proxy::start(&with(
+    let p = Proxy::serve(&with(
         proxy_args("apiserver-a", &a.url(), &[]),
         &["--max-request-body-bytes", "4096"],
     ))
@@ -307,7 +307,7 @@ async fn an_oversized_discovery_document_fails_the_fetch_and_keeps_the_last_good
     let b = standin("apiserver-b", &apis_131()).await;
     let b_addr = b.addr;
     // both fixtures are about 60 KB
-    let p = Proxy::start(&with(
+    let p = Proxy::serve(&with(
         proxy_args("apiserver-a", &a.url(), &[("apiserver-b", &b.url())]),
         &["--max-discovery-document-bytes", "100000"],
     ))
@@ -360,7 +360,7 @@ async fn an_upstream_that_accepts_and_never_answers_gets_504_within_the_timeout(
             conns.push(c);
         }
     });
-    let p = Proxy::start(&with(
+    let p = Proxy::serve(&with(
         proxy_args("apiserver-a", &silent_url, &[]),
         &["--response-header-timeout-seconds", "1"],
     ))
@@ -400,7 +400,7 @@ async fn a_peer_that_stalls_gets_504_and_local_requests_go_on() {
         .position(|a| a == "--refresh-interval-seconds")
         .unwrap();
     args[at + 1] = "300".to_owned();
-    let p = Proxy::start(&with(args, &["--response-header-timeout-seconds", "1"])).await;
+    let p = Proxy::serve(&with(args, &["--response-header-timeout-seconds", "1"])).await;
     p.ready().await;
     crate::cluster::wait_all_up(&p).await;
     let r = get(&format!("{}{OLD_ONLY}", p.url()), &[]).await.unwrap();
@@ -427,7 +427,7 @@ async fn a_peer_that_stalls_gets_504_and_local_requests_go_on() {
 async fn a_watch_outlives_the_response_header_timeout() {
     let a = standin("apiserver-a", &apis_134()).await;
     let timeout = 1;
-    let p = Proxy::start(&with(
+    let p = Proxy::serve(&with(
         proxy_args("apiserver-a", &a.url(), &[]),
         &["--response-header-timeout-seconds", &timeout.to_string()],
     ))

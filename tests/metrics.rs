@@ -183,8 +183,7 @@ async fn prometheus_stores_exemplars_that_open_exported_traces() {
 #[tokio::test]
 async fn a_local_api_server_failure_is_a_local_proxy_error_not_a_peer_one() {
     // Nothing listens on the local API server's port: the request fails in mvproxy.
-    let dead = format!("http://127.0.0.1:{}", free_port());
-    let proxy = Proxy::start(&proxy_args("apiserver-a", &dead, &[])).await;
+    let proxy = Proxy::start(&proxy_args("apiserver-a", NOTHING_LISTENS, &[])).await;
     let resp = get(
         &format!("{}/api/v1/namespaces/default/pods", proxy.url()),
         &[],

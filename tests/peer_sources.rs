@@ -129,7 +129,7 @@ async fn peers_come_and_go_with_the_identity_leases() {
         ]
         .map(str::to_owned),
     );
-    let p = Proxy::start(&args).await;
+    let p = Proxy::serve(&args).await;
     p.ready().await;
     wait_ids(&p, &["apiserver-a", "apiserver-b"]).await;
     crate::cluster::wait_all_up(&p).await;
@@ -212,7 +212,7 @@ async fn peers_follow_the_kubernetes_service_endpoint_slices() {
     );
     let mut args = proxy_args("apiserver-a", &a.url(), &[]);
     args.extend(["--peer-source", "endpointslices", "--peer-scheme", "http"].map(str::to_owned));
-    let p = Proxy::start(&args).await;
+    let p = Proxy::serve(&args).await;
     p.ready().await;
     let b_name = format!("127.0.0.1:{}", b.addr.port());
     wait_ids(&p, &["apiserver-a", &b_name]).await;
@@ -276,7 +276,7 @@ async fn peers_can_be_read_through_a_kubeconfig() {
         ]
         .map(str::to_owned),
     );
-    let p = Proxy::start(&args).await;
+    let p = Proxy::serve(&args).await;
     p.ready().await;
     wait_ids(&p, &["apiserver-a", "apiserver-b"]).await;
     let reads = requests_for(&cluster, "/leases");

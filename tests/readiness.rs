@@ -215,7 +215,7 @@ async fn past_max_tracked_clients_agents_count_as_other() {
         &[("apiserver-old", &old.url())],
     );
     args.extend(["--max-tracked-clients".to_owned(), "2".to_owned()]);
-    let p = Proxy::start(&args).await;
+    let p = Proxy::serve(&args).await;
     p.ready().await;
     crate::cluster::wait_all_up(&p).await;
     for i in 0..6 {
@@ -244,7 +244,7 @@ async fn past_max_tracked_clients_agents_count_as_other() {
     assert_eq!(d["tracked_clients"], 2);
     assert_eq!(d["clients"][2]["client"], "other");
     assert_eq!(d["clients"][2]["requests"], 4);
-    p.terminate().await;
+    p.kill().await;
     old.shutdown().await;
     new.shutdown().await;
 }

@@ -344,13 +344,17 @@ async fn a_down_peer_gives_a_fast_503_status_never_a_404_and_local_traffic_carri
 #[tokio::test]
 async fn a_peer_never_seen_makes_unknown_resources_a_503_until_it_is() {
     let a = standin("apiserver-a", &apis_134()).await;
-    let port_b = free_port();
-    let proxy_a = Proxy::start(&proxy_args(
-        "apiserver-a",
-        &a.url(),
-        &[("apiserver-b", &format!("http://127.0.0.1:{port_b}"))],
-    ))
-    .await;
+    // apiserver-b's listeners are bound, not yet served: its address is known, nothing
+    // answers there
+    let sockets_b = bind_sockets().await;
+    let url_b = format!("http://{}", sockets_b.proxy.local_addr().unwrap());
+    let mut args_a = proxy_args("apiserver-a", &a.url(), &[("apiserver-b", &url_b)]);
+    // a connection to b is accepted by the kernel and never answered: give up on it soon
+    args_a.extend([
+        "--response-header-timeout-seconds".to_owned(),
+        "1".to_owned(),
+    ]);
+    let proxy_a = Proxy::in_process(bind_sockets().await, &args_a).await;
     proxy_a.ready().await;
     // apiserver-b has never answered: mvproxy cannot know it does not serve this
     let r = get(&format!("{}{OLD_ONLY}", proxy_a.url()), &[])
@@ -372,9 +376,7 @@ async fn a_peer_never_seen_makes_unknown_resources_a_503_until_it_is() {
     // once apiserver-b has been seen (a proxy in front of the old server on that port),
     // the peer-only resource is routed and a GVR nobody serves gets the local 404
     let b = standin("apiserver-b", &apis_131()).await;
-    let mut args = proxy_args("apiserver-b", &b.url(), &[]);
-    args.extend(["--listen".to_owned(), format!("127.0.0.1:{port_b}")]);
-    let proxy_b = Proxy::start(&args).await;
+    let proxy_b = Proxy::in_process(sockets_b, &proxy_args("apiserver-b", &b.url(), &[])).await;
     proxy_b.ready().await;
     crate::cluster::wait_all_up(&proxy_a).await;
     let r = get(&format!("{}{OLD_ONLY}", proxy_a.url()), &[])

@@ -22,7 +22,7 @@ async fn tls_peer(ca: &Ca, b: &StandInRunning) -> Proxy {
         "--tls-key-file".to_owned(),
         serving.key.display().to_string(),
     ]);
-    let p = Proxy::start(&args).await;
+    let p = Proxy::serve(&args).await;
     p.ready().await;
     p
 }
@@ -40,7 +40,7 @@ async fn the_peer_hop_verifies_the_peer_against_the_peer_ca() {
         "--peer-ca-file".to_owned(),
         ca.cert_file().display().to_string(),
     ]);
-    let good = Proxy::start(&args).await;
+    let good = Proxy::serve(&args).await;
     good.ready().await;
     crate::cluster::wait_all_up(&good).await;
     let r = get(&format!("{}{OLD_ONLY}", good.url()), &[])
@@ -57,7 +57,7 @@ async fn the_peer_hop_verifies_the_peer_against_the_peer_ca() {
         "--peer-ca-file".to_owned(),
         other.cert_file().display().to_string(),
     ]);
-    let bad = Proxy::start(&args).await;
+    let bad = Proxy::serve(&args).await;
     bad.ready().await;
     let r = get(&format!("{}{OLD_ONLY}", bad.url()), &[]).await.unwrap();
     assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "{}", r.text());
@@ -101,7 +101,7 @@ async fn kubectl_works_against_a_tls_listener() {
         "--tls-key-file".to_owned(),
         serving.key.display().to_string(),
     ]);
-    let p = Proxy::start(&args).await;
+    let p = Proxy::serve(&args).await;
     p.ready().await;
     let k = Kubectl::new(&p.url());
     let (ok, _, err) = k

@@ -478,11 +478,7 @@ async fn a_failed_request_has_an_error_span_with_an_exception_event() {
     let a = standin("apiserver-a", &apis_134()).await;
     // a peer that never answers: what only it might serve is a 503
     let p = Proxy::start_with_env(
-        &proxy_args(
-            "apiserver-a",
-            &a.url(),
-            &[("apiserver-b", &format!("http://127.0.0.1:{}", free_port()))],
-        ),
+        &proxy_args("apiserver-a", &a.url(), &[("apiserver-b", NOTHING_LISTENS)]),
         &env_refs(&env),
     )
     .await;

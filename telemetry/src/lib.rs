@@ -8,6 +8,8 @@
 //! logs with `tracing`, and metrics with the handles it gets from here, so the request path
 //! cannot reach into exporter internals.
 
+#![warn(missing_docs, unreachable_pub)]
+
 pub mod metrics;
 pub mod propagation;
 pub mod setup;

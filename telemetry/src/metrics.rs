@@ -21,15 +21,22 @@ use prometheus_client::registry::{Registry, Unit};
 pub mod values {
     /// `route` of `mvproxy_requests_total` and the `mvproxy.route` span attribute.
     pub const ROUTE_LOCAL: &str = "local";
+    /// Sent to a peer.
     pub const ROUTE_PEER: &str = "peer";
+    /// Merged discovery, answered by mvproxy.
     pub const ROUTE_DISCOVERY: &str = "discovery";
 
     /// `reason` of `mvproxy_requests_total` (the `mvproxy.reason` span attribute).
     pub const REASON_NON_RESOURCE: &str = "non_resource";
+    /// A peer already proxied it.
     pub const REASON_ALREADY_PROXIED: &str = "already_proxied";
+    /// Discovery not synced yet.
     pub const REASON_NOT_SYNCED: &str = "not_synced";
+    /// The local server serves the GVR.
     pub const REASON_SERVED_LOCALLY: &str = "served_locally";
+    /// No server serves the GVR.
     pub const REASON_NO_PEER: &str = "no_peer";
+    /// Only peers serve the GVR.
     pub const REASON_PEER_ONLY: &str = "peer_only";
 
     /// `type` of `mvproxy_peer_proxy_errors_total` (upstream's values): no capable peer could
@@ -62,6 +69,7 @@ pub mod values {
 
     /// `result` of the lookup and merge families.
     pub const HIT: &str = "hit";
+    /// Not found, or rebuilt.
     pub const MISS: &str = "miss";
 
     /// `hit` or `miss`.
@@ -85,59 +93,78 @@ pub const FETCH_BUCKETS: [f64; 12] = [
 /// `mvproxy_rerouted_request_total` labels (upstream's).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RerouteLabels {
+    /// The `code` label.
     pub code: u16,
+    /// The `group` label.
     pub group: String,
+    /// The `version` label.
     pub version: String,
+    /// The `resource` label.
     pub resource: String,
 }
 
 /// `mvproxy_peer_proxy_errors_total` labels.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PeerErrorLabels {
+    /// The `type` label.
     pub r#type: &'static str,
+    /// The `group` label.
     pub group: String,
+    /// The `version` label.
     pub version: String,
+    /// The `resource` label.
     pub resource: String,
 }
 
 /// `type` label alone.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct TypeLabels {
+    /// The `type` label.
     pub r#type: &'static str,
 }
 
 /// `mvproxy_requests_total` labels.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RequestLabels {
+    /// The `route` label.
     pub route: &'static str,
+    /// The `reason` label.
     pub reason: &'static str,
+    /// The `peer` label.
     pub peer: String,
+    /// The `code` label.
     pub code: u16,
+    /// The `method` label.
     pub method: &'static str,
 }
 
 /// `mvproxy_request_duration_seconds` labels.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RouteLabels {
+    /// The `route` label.
     pub route: &'static str,
+    /// The `peer` label.
     pub peer: String,
 }
 
 /// `result` = `hit` | `miss`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResultLabels {
+    /// The `result` label.
     pub result: &'static str,
 }
 
 /// `peer` label alone.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PeerLabels {
+    /// The `peer` label.
     pub peer: String,
 }
 
 /// `server` label alone.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ServerLabels {
+    /// The `server` label.
     pub server: String,
 }
 
@@ -163,16 +190,22 @@ pub const OTHER_CLIENT: &str = "other";
 /// `User-Agent` (never the raw header), `side` one of [`side`].
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct SkewLabels {
+    /// The `client` label.
     pub client: String,
+    /// The `group` label.
     pub group: String,
+    /// The `version` label.
     pub version: String,
+    /// The `resource` label.
     pub resource: String,
+    /// The `side` label.
     pub side: &'static str,
 }
 
 /// Exemplar labels: the trace that a latency observation came from.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct TraceLabels {
+    /// The `trace_id` label.
     pub trace_id: String,
 }
 
@@ -195,22 +228,34 @@ fn fetch_histogram() -> Histogram {
 /// Every family of the contract.
 #[derive(Debug)]
 pub struct Metrics {
+    /// `mvproxy_rerouted_request_total`: requests a peer answered.
     pub rerouted_requests: Family<RerouteLabels, Counter>,
+    /// `mvproxy_peer_proxy_errors_total`: requests that could not go to a peer.
     pub peer_proxy_errors: Family<PeerErrorLabels, Counter>,
+    /// `mvproxy_peer_discovery_sync_errors_total`: failed syncs of peer discovery.
     pub peer_discovery_sync_errors: Family<TypeLabels, Counter>,
     /// Failures talking to the local API server (mvproxy answers 503/504 itself): not peer
     /// errors, so not in `peer_proxy_errors`.
     pub local_proxy_errors: Family<TypeLabels, Counter>,
+    /// `mvproxy_discovery_nopeer_requests_total`: `profile=nopeer` discovery requests.
     pub discovery_nopeer_requests: Counter,
+    /// `mvproxy_requests_total`: every request, by route, reason, peer, code and method.
     pub requests: Family<RequestLabels, Counter>,
     /// Carries the sampled trace id of an observation as an exemplar (OpenMetrics only).
     pub request_duration: ExemplarHistogramFamily<RouteLabels>,
+    /// `mvproxy_discovery_cache_lookups_total`: routing-index lookups, hit or miss.
     pub cache_lookups: Family<ResultLabels, Counter>,
+    /// `mvproxy_discovery_cache_lookup_duration_seconds`.
     pub cache_lookup_duration: HistogramFamily<ResultLabels>,
+    /// `mvproxy_discovery_merges_total`: merged `/apis` served, from the snapshot or rebuilt.
     pub merges: Family<ResultLabels, Counter>,
+    /// `mvproxy_discovery_merge_duration_seconds`.
     pub merge_duration: Histogram,
+    /// `mvproxy_peer_discovery_fetch_duration_seconds`.
     pub peer_fetch_duration: HistogramFamily<PeerLabels>,
+    /// `mvproxy_peer_up`: 1 if the last discovery fetch of the peer succeeded.
     pub peer_up: Family<PeerLabels, Gauge>,
+    /// `mvproxy_discovery_resources`: GVRs each server serves.
     pub discovery_resources: Family<ServerLabels, Gauge>,
     /// Requests for a GVR not every server serves, by client and side of the skew.
     pub skew_requests: Family<SkewLabels, Counter>,

@@ -23,7 +23,9 @@ use tracing_subscriber::{Layer, Registry};
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 #[error("invalid configuration: {var}: {why}")]
 pub struct TelemetryError {
+    /// The variable.
     pub var: &'static str,
+    /// What is wrong with its value.
     pub why: String,
 }
 
@@ -39,6 +41,7 @@ fn err(var: &'static str, why: impl Into<String>) -> TelemetryError {
 pub struct Export {
     /// The full traces URL (HTTP) or the collector address (gRPC).
     pub endpoint: String,
+    /// gRPC (`grpc`) rather than HTTP/protobuf.
     pub grpc: bool,
     /// The variable `endpoint` came from, named by an exporter error.
     pub endpoint_var: &'static str,
@@ -50,10 +53,13 @@ const ENDPOINT: &str = "OTEL_EXPORTER_OTLP_ENDPOINT";
 /// Everything `init` needs, read from the environment.
 #[derive(Debug, Clone)]
 pub struct Settings {
+    /// Where spans go; `None`: nowhere.
     pub export: Option<Export>,
+    /// `OTEL_TRACES_SAMPLER` and its argument.
     pub sampler: Sampler,
     /// `OTEL_SERVICE_NAME`, else `service.name` from `OTEL_RESOURCE_ATTRIBUTES`, else `mvproxy`.
     pub service_name: String,
+    /// JSON log lines.
     pub json_logs: bool,
     /// Log filter when `RUST_LOG` is unset.
     pub default_log_filter: String,

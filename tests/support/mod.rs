@@ -88,16 +88,71 @@ pub fn mvproxy_bin() -> PathBuf {
     bin
 }
 
-/// A running `mvproxy serve` process, killed on drop.
+/// A running mvproxy: an `mvproxy serve` process (killed on drop), for what only a process
+/// shows (flags, exit codes, signals, `OTEL_*` variables, log lines), or the app started
+/// in-process on listeners the test bound ([`Proxy::in_process`]).
 pub struct Proxy {
-    child: Child,
+    backend: Backend,
     pub listen: SocketAddr,
     pub admin: SocketAddr,
     pub scheme: &'static str,
-    log: Arc<Mutex<Vec<String>>>,
+}
+
+enum Backend {
+    Process {
+        child: Child,
+        log: Arc<Mutex<Vec<String>>>,
+    },
+    InProcess(Option<mvproxy::app::Running>),
+}
+
+/// `mvproxy serve`'s flags, parsed as the binary parses them.
+#[derive(clap::Parser)]
+struct Serve {
+    #[command(flatten)]
+    args: mvproxy::config::ServeArgs,
+}
+
+/// Binds a proxy and an admin listener on loopback, on ports the OS picks.
+pub async fn bind_sockets() -> mvproxy::app::Sockets {
+    let any = "127.0.0.1:0".parse().expect("addr");
+    mvproxy::app::Sockets::bind(&mvproxy::config::Listeners {
+        proxy: any,
+        admin: any,
+    })
+    .await
+    .expect("bind loopback listeners")
 }
 
 impl Proxy {
+    /// Starts the app in this process with `args` (`mvproxy serve`'s flags) on `sockets`,
+    /// which the caller bound: their addresses are known before it starts.
+    pub async fn in_process(sockets: mvproxy::app::Sockets, args: &[String]) -> Proxy {
+        use clap::Parser;
+        let tls = args.iter().any(|a| a == "--tls-cert-file");
+        let serve =
+            Serve::try_parse_from(std::iter::once("serve".to_owned()).chain(args.iter().cloned()))
+                .unwrap_or_else(|e| panic!("flags {args:?}: {e}"));
+        let config = serve
+            .args
+            .load()
+            .unwrap_or_else(|e| panic!("{args:?}: {e}"));
+        let running = mvproxy::app::start(&config, sockets)
+            .await
+            .unwrap_or_else(|e| panic!("start {args:?}: {e}"));
+        Proxy {
+            listen: running.listen,
+            admin: running.admin,
+            scheme: if tls { "https" } else { "http" },
+            backend: Backend::InProcess(Some(running)),
+        }
+    }
+
+    /// Starts the app in this process with `args` on loopback listeners bound first.
+    pub async fn serve(args: &[String]) -> Proxy {
+        Self::in_process(bind_sockets().await, args).await
+    }
+
     /// Starts `mvproxy serve` with `args` plus loopback listeners on free ports, and waits
     /// until it reports its addresses.
     pub async fn start(args: &[String]) -> Proxy {
@@ -144,11 +199,10 @@ impl Proxy {
             _ => panic!("mvproxy did not start: {:?}", log.lock().expect("log lock")),
         };
         Proxy {
-            child,
+            backend: Backend::Process { child, log },
             listen,
             admin,
             scheme: if tls { "https" } else { "http" },
-            log,
         }
     }
 
@@ -162,14 +216,20 @@ impl Proxy {
         format!("http://{}", self.admin)
     }
 
-    /// The process id.
+    /// The process id (a process-level test's).
     pub fn pid(&self) -> u32 {
-        self.child.id().expect("running")
+        match &self.backend {
+            Backend::Process { child, .. } => child.id().expect("running"),
+            Backend::InProcess(_) => panic!("an in-process proxy has no process id"),
+        }
     }
 
-    /// Log lines so far.
+    /// Log lines so far (an in-process proxy logs through the test's own subscriber).
     pub fn log(&self) -> Vec<String> {
-        self.log.lock().expect("log lock").clone()
+        match &self.backend {
+            Backend::Process { log, .. } => log.lock().expect("log lock").clone(),
+            Backend::InProcess(_) => vec!["(in-process: no log captured)".to_owned()],
+        }
     }
 
     /// Waits until `/readyz` answers 200.
@@ -197,20 +257,39 @@ impl Proxy {
         let _ = std::process::Command::new("kill")
             .args(["-TERM", &pid.to_string()])
             .status();
-        match tokio::time::timeout(PATIENCE, self.child.wait()).await {
+        let Backend::Process { child, .. } = &mut self.backend else {
+            unreachable!("pid() answered")
+        };
+        match tokio::time::timeout(PATIENCE, child.wait()).await {
             Ok(Ok(status)) => status,
             _ => panic!("mvproxy {pid} did not exit after SIGTERM"),
         }
     }
 
-    /// Kills the process at once (a crashed peer).
+    /// Stops it: a process is killed at once (a crashed peer); the in-process app stops
+    /// accepting and closes its connections (bounded).
     pub async fn kill(mut self) {
-        let _ = self.child.kill().await;
+        match &mut self.backend {
+            Backend::Process { child, .. } => {
+                let _ = child.kill().await;
+            }
+            Backend::InProcess(running) => {
+                if let Some(running) = running.take() {
+                    let _ = tokio::time::timeout(PATIENCE, running.shutdown()).await;
+                }
+            }
+        }
     }
 }
 
-/// A loopback port that was free a moment ago (for proxies that must know each other's
-/// address before either starts).
+/// An address where nothing listens, so a connection is refused at once: port 1 (tcpmux),
+/// which no machine running these tests serves, and which no test binds (a port found free
+/// could be taken by the time it is used).
+pub const NOTHING_LISTENS: &str = "http://127.0.0.1:1";
+
+/// A loopback port that was free a moment ago, for `mvproxy serve` processes that must know
+/// each other's address before either starts; in-process proxies bind theirs first
+/// ([`bind_sockets`]).
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())

@@ -39,7 +39,14 @@ fn main() -> ExitCode {
                 Err(e) => return config_error(&e),
             };
             run(config.log_format == LogFormat::Json, None, async move {
-                let running = match mvproxy::app::start(&config).await {
+                let sockets = match mvproxy::app::Sockets::bind(&config.listeners).await {
+                    Ok(s) => s,
+                    Err(e) => {
+                        eprintln!("mvproxy: {e}");
+                        return ExitCode::FAILURE;
+                    }
+                };
+                let running = match mvproxy::app::start(&config, sockets).await {
                     Ok(r) => r,
                     Err(e) => {
                         eprintln!("mvproxy: {e}");
@@ -66,9 +73,9 @@ fn main() -> ExitCode {
                         "{}: valid (local {}, {} peer(s), listen {}, admin {})",
                         config.display(),
                         c.local,
-                        c.peers.len(),
-                        c.listen,
-                        c.admin_listen
+                        c.static_peers().len(),
+                        c.listeners.proxy,
+                        c.listeners.admin
                     );
                     ExitCode::SUCCESS
                 }

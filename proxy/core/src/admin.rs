@@ -31,7 +31,7 @@ use crate::readiness::Readiness;
 
 /// What the admin endpoints read.
 #[derive(Clone)]
-pub struct Admin {
+pub(crate) struct Admin {
     pub cache: Arc<Cache>,
     pub registry: Arc<Registry>,
     pub readiness: Arc<Readiness>,
@@ -45,7 +45,7 @@ pub struct Admin {
 struct CertUser(Option<User>);
 
 /// The admin router.
-pub fn router(admin: Admin) -> Router {
+pub(crate) fn router(admin: Admin) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/livez", get(|| async { "ok" }))
@@ -75,7 +75,7 @@ async fn guard(State(admin): State<Admin>, req: Request, next: Next) -> Response
 }
 
 /// Serves the admin router until `shutdown` is cancelled: plain, or over TLS (`tls`).
-pub async fn serve(
+pub(crate) async fn serve(
     listener: TcpListener,
     tls: Option<TlsAcceptor>,
     admin: Admin,
@@ -229,3 +229,6 @@ fn skew(servers: &[ServerState]) -> Vec<serde_json::Value> {
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests;

@@ -2,7 +2,9 @@
 //! proxy and admin listeners, and one shutdown signal for all of them.
 //!
 //! `main` and the demo both go through [`start`], so what the demo measures is what runs in
-//! production. Listeners are bound before anything runs, so a port in use fails at start.
+//! production. The caller binds the listeners ([`Sockets::bind`] from the configured
+//! addresses, or any it already holds), so a port in use fails before anything runs and a
+//! caller that starts several proxies knows every address before the first starts.
 //! TLS files are read here once (an unusable one stops mvproxy), then watched by a
 //! [`Reloader`] task for as long as the listeners run.
 
@@ -11,19 +13,20 @@ use std::sync::Arc;
 
 use mvproxy_telemetry::metrics::Metrics;
 use prometheus_client::registry::Registry;
+use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
 use crate::admin::{self, Admin};
-use crate::config::{Config, PeerSource};
+use crate::config::{AdminSecurity, ClusterPeers, Config, Identity, Listeners, PeerReader, Peers};
 use crate::delegated::{Delegated, Settings as DelegatedSettings};
 use crate::discovery::Cache;
 use crate::discovery::refresh::{PeerSpec, RefreshSettings, UpstreamFactory};
 use crate::forward::{ClientSettings, Upstream, port_of};
 use crate::identity::Authenticator;
 use crate::kubeconfig::KubeConfig;
-use crate::peers::{Kind, KubeSource};
+use crate::peers::KubeSource;
 use crate::readiness::Readiness;
 use crate::server::{self, App};
 use crate::tls::reload::Reloader;
@@ -33,14 +36,41 @@ use crate::tls::{self, TlsError};
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
     #[error("TLS: {0}")]
+    /// A TLS file could not be used.
     Tls(#[from] TlsError),
     #[error("{0}")]
+    /// A listener's address could not be read.
     Bind(#[from] std::io::Error),
+    /// The kubeconfig of `--kubeconfig` could not be read (it could when validated).
+    #[error("kubeconfig: {0}")]
+    Kubeconfig(#[from] crate::kubeconfig::KubeconfigError),
     #[error("upstream {name}: {source}")]
+    /// An upstream client could not be built.
     Upstream {
+        /// The upstream's URL.
         name: String,
+        /// Why.
         source: crate::forward::UpstreamError,
     },
+}
+
+/// The proxy and admin listeners, bound by the caller.
+#[derive(Debug)]
+pub struct Sockets {
+    /// Where clients connect.
+    pub proxy: TcpListener,
+    /// Where `/healthz`, `/metrics`, … are served.
+    pub admin: TcpListener,
+}
+
+impl Sockets {
+    /// Binds the configured addresses (the proxy's first), naming the one that failed.
+    pub async fn bind(addrs: &Listeners) -> std::io::Result<Self> {
+        Ok(Self {
+            proxy: server::bind(addrs.proxy).await?,
+            admin: server::bind(addrs.admin).await?,
+        })
+    }
 }
 
 /// A running mvproxy.
@@ -49,6 +79,7 @@ pub struct Running {
     pub listen: SocketAddr,
     /// The admin listener's address.
     pub admin: SocketAddr,
+    /// The discovery cache (what the demo watches to know the proxies caught up).
     pub cache: Arc<Cache>,
     shutdown: CancellationToken,
     tasks: JoinHandle<()>,
@@ -77,18 +108,45 @@ fn kubeconfig_upstream(kc: &KubeConfig, config: &Config) -> Result<Upstream, Sta
     let settings = ClientSettings {
         tls,
         server_name: None,
-        connect_timeout: config.connect_timeout,
+        connect_timeout: config.timing.connect_timeout,
         insecure_skip_verify: false,
     };
     Upstream::new(
         "kubeconfig".into(),
         kc.server.clone(),
         &settings,
-        config.response_header_timeout,
+        config.timing.response_header_timeout,
     )
     .map_err(|source| StartError::Upstream {
         name: kc.server.to_string(),
         source,
+    })
+}
+
+/// The peer source reading `cluster`'s objects.
+fn kube_source(
+    config: &Config,
+    cluster: &ClusterPeers,
+    local: &Upstream,
+    metrics: Arc<Metrics>,
+) -> Result<KubeSource, StartError> {
+    let (api, token, token_file) = match &cluster.reader {
+        PeerReader::LocalServer(token_file) => (local.clone(), None, token_file.path()),
+        PeerReader::Kubeconfig(path) => {
+            let kc = crate::kubeconfig::load(path)?;
+            let api = kubeconfig_upstream(&kc, config)?;
+            (api, kc.token, kc.token_file)
+        }
+    };
+    Ok(KubeSource {
+        kind: cluster.kind,
+        api,
+        token,
+        token_file,
+        self_name: config.server_id.clone(),
+        self_addr: authority_with_port(&config.local),
+        scheme: cluster.scheme.as_str(),
+        metrics,
     })
 }
 
@@ -97,139 +155,29 @@ fn authority_with_port(url: &http::Uri) -> String {
     format!("{}:{}", url.host().unwrap_or_default(), port_of(url))
 }
 
-/// Builds and starts everything; returns once both listeners are bound.
-pub async fn start(config: &Config) -> Result<Running, StartError> {
+/// Builds and starts everything on `sockets`; returns once it serves. The addresses in
+/// `config.listeners` are not used: `sockets` are what is served.
+pub async fn start(config: &Config, sockets: Sockets) -> Result<Running, StartError> {
     tls::install_provider();
-    let mut reloader = Reloader::new(config.tls_reload_interval);
-    let insecure = config.insecure_skip_tls_verify;
-    if insecure {
-        tracing::warn!(
-            "--insecure-skip-tls-verify: the certificates of the local server and of peers are NOT verified; use this for testing only"
-        );
-    }
-    let client_cert = config
-        .proxy_client_cert
-        .as_ref()
-        .map(|(c, k)| reloader.client_cert(c, k))
-        .transpose()?;
-    let local_ca = config
-        .local_ca_file
-        .as_ref()
-        .or(config.peer_ca_file.as_ref());
-    let local_settings = ClientSettings {
-        tls: reloader.upstream_config(
-            local_ca.map(|p| p.as_path()),
-            insecure,
-            client_cert.clone(),
-        )?,
-        server_name: None,
-        connect_timeout: config.connect_timeout,
-        insecure_skip_verify: insecure,
-    };
-    let peer_settings = ClientSettings {
-        tls: reloader.upstream_config(config.peer_ca_file.as_deref(), insecure, client_cert)?,
-        server_name: Some(config.peer_server_name.clone()),
-        connect_timeout: config.connect_timeout,
-        insecure_skip_verify: insecure,
-    };
-    let upstream = |name, url: &http::Uri, settings: &ClientSettings| {
-        Upstream::new(name, url.clone(), settings, config.response_header_timeout).map_err(
-            |source| StartError::Upstream {
-                name: url.to_string(),
-                source,
-            },
-        )
-    };
-    let local = upstream(config.server_id.clone(), &config.local, &local_settings)?;
-    let timeout = config.response_header_timeout;
-    let new_peer: UpstreamFactory = Box::new(move |name, url| {
-        Upstream::new(name.clone(), url.clone(), &peer_settings, timeout)
-    });
-
+    let mut reloader = Reloader::new(config.timing.tls_reload_interval);
+    let (local, new_peer) = upstreams(config, &mut reloader)?;
     let mut registry = Registry::default();
     let metrics = Arc::new(Metrics::register(&mut registry));
     let cache = Cache::new(
         local.clone(),
         new_peer,
         RefreshSettings {
-            interval: config.refresh_interval,
+            interval: config.timing.refresh_interval,
             max_document_bytes: config.limits.max_discovery_document_bytes,
         },
         metrics.clone(),
     );
-    // Client certificates: each CA file is watched, so a CA added to the bundle is trusted
-    // from the next handshake on.
-    let users = config
-        .client_ca_file
-        .as_deref()
-        .map(|ca| reloader.client_cas(&[ca]))
-        .transpose()?;
-    let proxies = config
-        .requestheader_client_ca_file
-        .as_deref()
-        .map(|ca| reloader.client_cas(&[ca]))
-        .transpose()?;
-    let client_cas: Vec<&std::path::Path> =
-        [&config.client_ca_file, &config.requestheader_client_ca_file]
-            .into_iter()
-            .flatten()
-            .map(|p| p.as_path())
-            .collect();
-    let handshake_verifier = if client_cas.is_empty() {
-        None
-    } else {
-        Some(reloader.client_cas(&client_cas)?
-            as Arc<dyn rustls::server::danger::ClientCertVerifier>)
-    };
-    let auth = Authenticator::new(
-        users.map(|v| v as _),
-        proxies.map(|v| (v as _, config.requestheader_allowed_names.clone())),
-        config.header_names.clone(),
-    );
-    let acceptor = match &config.serving_tls {
-        Some(t) => Some(TlsAcceptor::from(Arc::new(tls::server_config(
-            reloader.serving_cert(&t.cert, &t.key)?,
-            handshake_verifier,
-        )?))),
-        None => None,
-    };
-    let admin_tls = match &config.admin.tls {
-        Some(t) => {
-            let clients = config
-                .admin
-                .client_ca_file
-                .as_deref()
-                .map(|ca| reloader.client_cas(&[ca]))
-                .transpose()?
-                .map(|v| v as Arc<dyn rustls::server::danger::ClientCertVerifier>);
-            Some(TlsAcceptor::from(Arc::new(tls::server_config(
-                reloader.serving_cert(&t.cert, &t.key)?,
-                clients,
-            )?)))
-        }
-        None => None,
-    };
-    let delegated = config.admin.tls.as_ref().map(|_| {
-        Arc::new(Delegated::new(
-            local.clone(),
-            DelegatedSettings {
-                always_allow: config.admin.always_allow.clone(),
-                token_file: config.admin.token_file.clone(),
-                cache_ttl: config.admin.cache_ttl,
-            },
-        ))
-    });
-    let listener = server::bind(config.listen).await?;
-    let admin_listener = server::bind(config.admin_listen).await?;
-    let listen = listener.local_addr()?;
-    let admin_addr = admin_listener.local_addr()?;
-
-    let shutdown = CancellationToken::new();
-    let peer_source = match config.peer_source {
-        PeerSource::Static => {
+    let (auth, acceptor) = proxy_tls(config, &mut reloader)?;
+    let (admin_tls, delegated) = admin_security(config, &mut reloader, &local)?;
+    let peer_source = match &config.peers {
+        Peers::Static(peers) => {
             cache.set_peers(
-                config
-                    .peers
+                peers
                     .iter()
                     .map(|p| PeerSpec {
                         name: p.name.clone(),
@@ -240,28 +188,10 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
             );
             None
         }
-        PeerSource::Leases | PeerSource::Endpointslices => Some(KubeSource {
-            kind: if config.peer_source == PeerSource::Leases {
-                Kind::Leases
-            } else {
-                Kind::EndpointSlices
-            },
-            api: match &config.kubeconfig {
-                Some(kc) => kubeconfig_upstream(kc, config)?,
-                None => local.clone(),
-            },
-            token: config.kubeconfig.as_ref().and_then(|kc| kc.token.clone()),
-            token_file: config
-                .kubeconfig
-                .as_ref()
-                .and_then(|kc| kc.token_file.clone())
-                .or_else(|| config.peer_source_token_file.clone()),
-            self_name: config.server_id.clone(),
-            self_addr: authority_with_port(&config.local),
-            scheme: config.peer_scheme.as_str(),
-            metrics: metrics.clone(),
-        }),
+        Peers::Cluster(cluster) => Some(kube_source(config, cluster, &local, metrics.clone())?),
     };
+    let listen = sockets.proxy.local_addr()?;
+    let admin_addr = sockets.admin.local_addr()?;
     let readiness = Arc::new(Readiness::new(
         config.max_tracked_clients,
         metrics.clone(),
@@ -283,28 +213,20 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
         readiness,
         delegated,
     };
-    let tasks = tokio::spawn({
-        let shutdown = shutdown.clone();
-        let cache = cache.clone();
-        async move {
-            let peers =
-                peer_source.map(|source| tokio::spawn(source.run(cache.clone(), shutdown.clone())));
-            let refresher = tokio::spawn(cache.run(shutdown.clone()));
-            let reloads = tokio::spawn(reloader.run(shutdown.clone()));
-            let admin = tokio::spawn(admin::serve(
-                admin_listener,
-                admin_tls,
-                admin,
-                shutdown.clone(),
-            ));
-            server::serve(listener, acceptor, app, shutdown.clone()).await;
-            let _ = tokio::join!(refresher, admin, reloads);
-            if let Some(peers) = peers {
-                let _ = peers.await;
-            }
-        }
-    });
-    tracing::info!(%listen, admin = %admin_addr, local = %config.local, peers = config.peers.len(), "mvproxy started");
+    let shutdown = CancellationToken::new();
+    let tasks = tokio::spawn(run(
+        Tasks {
+            sockets,
+            acceptor,
+            app,
+            admin_tls,
+            admin,
+            peer_source,
+            reloader,
+        },
+        shutdown.clone(),
+    ));
+    tracing::info!(%listen, admin = %admin_addr, local = %config.local, peers = config.static_peers().len(), "mvproxy started");
     Ok(Running {
         listen,
         admin: admin_addr,
@@ -312,6 +234,163 @@ pub async fn start(config: &Config) -> Result<Running, StartError> {
         shutdown,
         tasks,
     })
+}
+
+/// The local server's client, and how a peer's is made (TLS files read and watched).
+fn upstreams(
+    config: &Config,
+    reloader: &mut Reloader,
+) -> Result<(Upstream, UpstreamFactory), StartError> {
+    let verify = &config.upstream_tls.verify;
+    let insecure = verify.is_insecure();
+    if insecure {
+        tracing::warn!(
+            "--insecure-skip-tls-verify: the certificates of the local server and of peers are NOT verified; use this for testing only"
+        );
+    }
+    let client_cert = config
+        .upstream_tls
+        .client_cert
+        .as_ref()
+        .map(|pair| reloader.client_cert(&pair.cert, &pair.key))
+        .transpose()?;
+    let local_settings = ClientSettings {
+        tls: reloader.upstream_config(verify.local_ca(), insecure, client_cert.clone())?,
+        server_name: None,
+        connect_timeout: config.timing.connect_timeout,
+        insecure_skip_verify: insecure,
+    };
+    let peer_settings = ClientSettings {
+        tls: reloader.upstream_config(verify.peer_ca(), insecure, client_cert)?,
+        server_name: Some(config.upstream_tls.peer_server_name.clone()),
+        connect_timeout: config.timing.connect_timeout,
+        insecure_skip_verify: insecure,
+    };
+    let timeout = config.timing.response_header_timeout;
+    let local = Upstream::new(
+        config.server_id.clone(),
+        config.local.clone(),
+        &local_settings,
+        timeout,
+    )
+    .map_err(|source| StartError::Upstream {
+        name: config.local.to_string(),
+        source,
+    })?;
+    let new_peer: UpstreamFactory = Box::new(move |name, url| {
+        Upstream::new(name.clone(), url.clone(), &peer_settings, timeout)
+    });
+    Ok((local, new_peer))
+}
+
+/// Who the proxy listener's clients are (from their certificates), and its TLS. Each CA
+/// file is watched, so a CA added to the bundle is trusted from the next handshake on.
+fn proxy_tls(
+    config: &Config,
+    reloader: &mut Reloader,
+) -> Result<(Authenticator, Option<TlsAcceptor>), StartError> {
+    let proxy_tls = config.proxy_tls.as_ref();
+    let users = proxy_tls
+        .and_then(|t| match &t.identity {
+            Identity::FrontProxy { users_ca } => Some(users_ca.as_path()),
+            Identity::Passthrough => None,
+        })
+        .map(|ca| reloader.client_cas(&[ca]))
+        .transpose()?;
+    let requestheader = proxy_tls.and_then(|t| t.requestheader.as_ref());
+    let proxies = requestheader
+        .map(|r| reloader.client_cas(&[r.ca.as_path()]))
+        .transpose()?;
+    let auth = Authenticator::new(
+        users.map(|v| v as _),
+        proxies.map(|v| {
+            (
+                v as _,
+                requestheader
+                    .map(|r| r.allowed_names.clone())
+                    .unwrap_or_default(),
+            )
+        }),
+        config.header_names.clone(),
+    );
+    let Some(t) = proxy_tls else {
+        return Ok((auth, None));
+    };
+    let client_cas = t.client_cas();
+    let handshake_verifier = if client_cas.is_empty() {
+        None
+    } else {
+        Some(reloader.client_cas(&client_cas)?
+            as Arc<dyn rustls::server::danger::ClientCertVerifier>)
+    };
+    let acceptor = TlsAcceptor::from(Arc::new(tls::server_config(
+        reloader.serving_cert(&t.serving.cert, &t.serving.key)?,
+        handshake_verifier,
+    )?));
+    Ok((auth, Some(acceptor)))
+}
+
+/// The admin listener's TLS and its reviews by the local server, when it is not plain HTTP.
+fn admin_security(
+    config: &Config,
+    reloader: &mut Reloader,
+    local: &Upstream,
+) -> Result<(Option<TlsAcceptor>, Option<Arc<Delegated>>), StartError> {
+    let AdminSecurity::Tls(t) = &config.admin else {
+        return Ok((None, None));
+    };
+    let clients = t
+        .client_ca
+        .as_deref()
+        .map(|ca| reloader.client_cas(&[ca]))
+        .transpose()?
+        .map(|v| v as Arc<dyn rustls::server::danger::ClientCertVerifier>);
+    let acceptor = TlsAcceptor::from(Arc::new(tls::server_config(
+        reloader.serving_cert(&t.serving.cert, &t.serving.key)?,
+        clients,
+    )?));
+    let delegated = Delegated::new(
+        local.clone(),
+        DelegatedSettings {
+            always_allow: t.always_allow.clone(),
+            token_file: t.token.path(),
+            cache_ttl: t.cache_ttl,
+        },
+    );
+    Ok((Some(acceptor), Some(Arc::new(delegated))))
+}
+
+/// Everything that runs until shutdown.
+struct Tasks {
+    sockets: Sockets,
+    acceptor: Option<TlsAcceptor>,
+    app: Arc<App>,
+    admin_tls: Option<TlsAcceptor>,
+    admin: Admin,
+    peer_source: Option<KubeSource>,
+    reloader: Reloader,
+}
+
+/// Runs the peer source, the refreshers, the TLS reloads and both listeners until
+/// `shutdown`; returns when the proxy listener has drained and every task has stopped.
+async fn run(tasks: Tasks, shutdown: CancellationToken) {
+    let cache = tasks.app.cache.clone();
+    let peers = tasks
+        .peer_source
+        .map(|source| tokio::spawn(source.run(cache.clone(), shutdown.clone())));
+    let refresher = tokio::spawn(cache.run(shutdown.clone()));
+    let reloads = tokio::spawn(tasks.reloader.run(shutdown.clone()));
+    let admin = tokio::spawn(admin::serve(
+        tasks.sockets.admin,
+        tasks.admin_tls,
+        tasks.admin,
+        shutdown.clone(),
+    ));
+    server::serve(tasks.sockets.proxy, tasks.acceptor, tasks.app, shutdown).await;
+    let _ = tokio::join!(refresher, admin, reloads);
+    if let Some(peers) = peers {
+        let _ = peers.await;
+    }
 }
 
 /// Resolves on SIGTERM or Ctrl-C (SIGINT).
@@ -336,3 +415,6 @@ pub async fn shutdown_signal() {
         let _ = tokio::signal::ctrl_c().await;
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -38,12 +38,16 @@ use http::Method;
 /// group/version/resource; core group is "".
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Gvr {
+    /// The API group (`""` for core).
     pub group: String,
+    /// The version.
     pub version: String,
+    /// The resource (plural).
     pub resource: String,
 }
 
 impl Gvr {
+    /// A GVR from its parts.
     pub fn new(
         group: impl Into<String>,
         version: impl Into<String>,
@@ -68,18 +72,26 @@ impl fmt::Display for Gvr {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
+/// What a request path is, as kube-apiserver's RequestInfo reads it.
 pub enum RequestInfo {
+    /// A resource request, with its GVR.
     Resource(ResourceRequest),
+    /// A discovery document.
     Discovery(DiscoveryPath),
+    /// Anything else (`/healthz`, `/version`, …).
     NonResource,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
+/// A resource request.
 pub struct ResourceRequest {
+    /// Its group, version and resource.
     pub gvr: Gvr,
     /// `None` where upstream has the empty namespace (cluster-scoped or all namespaces).
     pub namespace: Option<String>,
+    /// The object's name, if the path names one.
     pub name: Option<String>,
+    /// The subresource (`status`, `log`, `proxy`, …).
     pub subresource: Option<String>,
     /// kube verb: get, list, watch, create, update, patch, delete, deletecollection, proxy, ...
     /// Empty for HTTP methods upstream has no verb for (OPTIONS, CONNECT, ...).
@@ -87,17 +99,29 @@ pub struct ResourceRequest {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
+/// A discovery path.
 pub enum DiscoveryPath {
     /// `/api`
     Api,
     /// `/apis`
     Apis,
     /// `/api/v1`
-    CoreVersion { version: String },
+    CoreVersion {
+        /// The version.
+        version: String,
+    },
     /// `/apis/apps`
-    Group { group: String },
+    Group {
+        /// The group.
+        group: String,
+    },
     /// `/apis/apps/v1`
-    GroupVersion { group: String, version: String },
+    GroupVersion {
+        /// The group.
+        group: String,
+        /// The version.
+        version: String,
+    },
 }
 
 /// Classifies a request as kube-apiserver's `NewRequestInfo` would.

@@ -41,7 +41,7 @@ const REVIEW_BYTES: usize = 1 << 20;
 
 /// A user as authenticated: by a client certificate or by a `TokenReview`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct User {
+pub(crate) struct User {
     pub name: String,
     pub uid: String,
     pub groups: Vec<String>,
@@ -50,7 +50,7 @@ pub struct User {
 
 /// Why a request to the admin listener is refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum Refusal {
+pub(crate) enum Refusal {
     #[error("Unauthorized: {0}")]
     Unauthenticated(String),
     #[error("forbidden: User \"{user}\" cannot {verb} path \"{path}\"{reason}")]
@@ -66,7 +66,7 @@ pub enum Refusal {
 
 impl Refusal {
     /// The `Status` answer.
-    pub fn to_response(&self) -> http::Response<Bytes> {
+    pub(crate) fn to_response(&self) -> http::Response<Bytes> {
         let (code, reason) = match self {
             Self::Unauthenticated(_) => (StatusCode::UNAUTHORIZED, "Unauthorized"),
             Self::Forbidden { .. } => (StatusCode::FORBIDDEN, "Forbidden"),
@@ -92,7 +92,7 @@ impl Refusal {
 
 /// The settings of delegated admin authentication and authorization.
 #[derive(Debug, Clone)]
-pub struct Settings {
+pub(crate) struct Settings {
     /// Paths anyone may get (exact, or a prefix when ending in `*`).
     pub always_allow: Vec<String>,
     /// mvproxy's own bearer token toward the local API server.
@@ -103,7 +103,7 @@ pub struct Settings {
 type Cache<K, V> = Mutex<HashMap<K, (Instant, V)>>;
 
 /// Asks the local API server who a request is and whether it may read a path.
-pub struct Delegated {
+pub(crate) struct Delegated {
     api: Upstream,
     settings: Settings,
     tokens: Cache<[u8; 32], Option<User>>,
@@ -120,7 +120,7 @@ impl std::fmt::Debug for Delegated {
 }
 
 impl Delegated {
-    pub fn new(api: Upstream, settings: Settings) -> Self {
+    pub(crate) fn new(api: Upstream, settings: Settings) -> Self {
         Self {
             api,
             settings,
@@ -130,7 +130,7 @@ impl Delegated {
     }
 
     /// Whether `path` needs no authentication.
-    pub fn always_allowed(&self, path: &str) -> bool {
+    pub(crate) fn always_allowed(&self, path: &str) -> bool {
         self.settings
             .always_allow
             .iter()
@@ -142,7 +142,7 @@ impl Delegated {
 
     /// Authenticates and authorizes one request; `cert_user` is the connection's verified
     /// client certificate, if any.
-    pub async fn check(
+    pub(crate) async fn check(
         &self,
         method: &Method,
         path: &str,
@@ -349,7 +349,7 @@ fn user_of(v: &Value) -> User {
 
 /// The user a verified client certificate names: CN, and one group per O (plus
 /// `system:authenticated`, as kube-apiserver adds).
-pub fn cert_user(name: String, mut groups: Vec<String>) -> User {
+pub(crate) fn cert_user(name: String, mut groups: Vec<String>) -> User {
     groups.push("system:authenticated".to_owned());
     User {
         name,

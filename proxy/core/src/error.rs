@@ -30,8 +30,11 @@ pub enum ProxyError {
     /// The resource is served only by peers, and every one of them is down.
     #[error("{gvr} is served only by {peers}, which cannot be reached: {cause}")]
     PeersDown {
+        /// The resource, `group/version/resource`.
         gvr: String,
+        /// The peers that serve it.
         peers: String,
+        /// Why they are down.
         cause: String,
     },
     /// No known server serves the resource, but some peer has never been reached, so mvproxy
@@ -40,13 +43,17 @@ pub enum ProxyError {
         "{gvr} is not served by any reachable server and peer {peer} has not been reached yet ({cause}); retry later"
     )]
     SurfaceUnknown {
+        /// The resource, `group/version/resource`.
         gvr: String,
+        /// A peer never reached.
         peer: ServerName,
+        /// Why it was not.
         cause: String,
     },
     /// Connecting to or talking with an upstream failed before a response arrived.
     #[error("{upstream} could not be reached: {cause}")]
     Transport {
+        /// The upstream.
         upstream: ServerName,
         /// What failed, read off the error's types (not its text).
         failure: TransportFailure,
@@ -55,11 +62,19 @@ pub enum ProxyError {
     },
     /// The upstream accepted the connection but sent no response headers in time.
     #[error("{upstream} did not answer within {seconds}s")]
-    Timeout { upstream: ServerName, seconds: u64 },
+    Timeout {
+        /// The upstream.
+        upstream: ServerName,
+        /// `--response-header-timeout-seconds`.
+        seconds: u64,
+    },
     /// The snapshot that chose a peer has no upstream for it: an inconsistency inside
     /// mvproxy, not the client's fault. Retryable: the next request reads a newer snapshot.
     #[error("internal error: peer {peer} was chosen but has no upstream; retry")]
-    PeerUpstreamMissing { peer: ServerName },
+    PeerUpstreamMissing {
+        /// The peer chosen.
+        peer: ServerName,
+    },
     /// The request could not be turned into an upstream request (bad URI, bad header).
     #[error("bad request: {0}")]
     BadRequest(String),
@@ -68,17 +83,26 @@ pub enum ProxyError {
     #[error(
         "the request body is larger than the limit of {limit} bytes (--max-request-body-bytes)"
     )]
-    BodyTooLarge { limit: u64 },
+    BodyTooLarge {
+        /// `--max-request-body-bytes`.
+        limit: u64,
+    },
     /// Reading the client's request body failed (a malformed chunk, a connection closed or an
     /// HTTP/2 stream reset mid-body): the client's fault, so a `400` that client-go does not
     /// retry, and never an upstream's failure.
     #[error("the request body could not be read: {cause}")]
-    ClientBody { cause: String },
+    ClientBody {
+        /// What failed, in words.
+        cause: String,
+    },
     /// A new connection arrived while `--max-connections` were open; it is closed after this.
     #[error(
         "mvproxy is serving its maximum of {limit} connections (--max-connections); retry later"
     )]
-    TooManyConnections { limit: usize },
+    TooManyConnections {
+        /// `--max-connections`.
+        limit: usize,
+    },
 }
 
 impl ProxyError {

@@ -65,12 +65,17 @@ pub enum UpstreamError {
     /// The configured TLS server name is not a DNS name or an IP address.
     #[error("server name {name:?}: {source}")]
     ServerName {
+        /// The name given.
         name: String,
+        /// Why it is not a DNS name or IP address.
         source: rustls::pki_types::InvalidDnsNameError,
     },
     /// The URL's host cannot be a `Host` header.
     #[error("{url}: the host is not a valid Host header")]
-    Host { url: String },
+    Host {
+        /// The upstream's URL.
+        url: String,
+    },
 }
 
 /// A failed name lookup: the upstream's address, not the upstream, is what failed.
@@ -149,6 +154,7 @@ pub struct ClientSettings {
     pub tls: Option<rustls::ClientConfig>,
     /// SNI and verified name for TLS upstreams; `None` uses the URL's host.
     pub server_name: Option<String>,
+    /// For a TCP connection.
     pub connect_timeout: Duration,
     /// `tls` does not verify certificates (`--insecure-skip-tls-verify`): every failure to
     /// reach the upstream logs a warning saying so.
@@ -156,10 +162,11 @@ pub struct ClientSettings {
 }
 
 /// One upstream: its name, its base URL and pooled connections: HTTP/2 when an `https`
-/// upstream offers it ([`crate::h2pool`]), HTTP/1.1 otherwise and for upgrades
-/// ([`crate::h1pool`]).
+/// upstream offers it (`crate::h2pool`), HTTP/1.1 otherwise and for upgrades
+/// (`crate::h1pool`, connections driven by the request that uses them).
 #[derive(Clone)]
 pub struct Upstream {
+    /// The server's name (label values, error messages).
     pub name: ServerName,
     /// `scheme://authority` of the upstream.
     pub base: Uri,

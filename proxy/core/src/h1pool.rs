@@ -39,9 +39,9 @@ use tower_service::Service;
 use crate::forward::{Body, BoxError, Connector};
 
 /// How long an unused connection is kept.
-pub const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+pub(crate) const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 /// Idle connections kept per upstream; more are closed when their exchange ends.
-pub const MAX_IDLE: usize = 1024;
+pub(crate) const MAX_IDLE: usize = 1024;
 /// How often idle connections are checked for age and for having been closed upstream.
 const REAP_INTERVAL: Duration = Duration::from_secs(30);
 
@@ -49,7 +49,7 @@ type Io = MaybeHttpsStream<TokioIo<TcpStream>>;
 type Conn = http1::Connection<Io, Body>;
 
 /// The HTTP/1.1 connections to one upstream.
-pub struct H1Pool {
+pub(crate) struct H1Pool {
     connector: Connector,
     idle: Mutex<Idle>,
 }
@@ -76,7 +76,7 @@ struct Driven {
 
 /// A connection in use by a response body, which polls it as the client reads; back to the
 /// pool when dropped after the body's end.
-pub struct Lease {
+pub(crate) struct Lease {
     conn: Option<Box<Driven>>,
     pool: Weak<H1Pool>,
     /// The exchange ended cleanly: the connection can serve another request.
@@ -98,7 +98,7 @@ impl H1Pool {
     }
 
     /// Idle connections (for tests).
-    pub fn idle(&self) -> usize {
+    pub(crate) fn idle(&self) -> usize {
         self.lock().conns.len()
     }
 
@@ -110,7 +110,7 @@ impl H1Pool {
     }
 
     /// Sends `req` (origin-form URI, `Host` set) on an idle connection or a new one to `base`.
-    pub async fn send(
+    pub(crate) async fn send(
         self: &Arc<Self>,
         base: &Uri,
         mut req: Request<Body>,
@@ -161,7 +161,7 @@ impl H1Pool {
 
     /// Sends an upgrade request on a connection of its own, run as a task until the upgrade
     /// completes (then the connection is the tunnel's).
-    pub async fn send_upgrade(
+    pub(crate) async fn send_upgrade(
         &self,
         base: &Uri,
         req: Request<Body>,

@@ -33,10 +33,10 @@ use crate::forward::{Body, BoxError, Connector};
 use crate::h1pool::Lease;
 
 /// Requests in flight on one upstream connection before another is opened.
-pub const MAX_STREAMS: usize = 100;
+pub(crate) const MAX_STREAMS: usize = 100;
 
 /// The HTTP/2 connections to one upstream.
-pub struct H2Pool {
+pub(crate) struct H2Pool {
     connector: Connector,
     conns: tokio::sync::Mutex<Vec<Conn>>,
     /// The upstream's handshake chose HTTP/1.1.
@@ -49,7 +49,7 @@ struct Conn {
 }
 
 /// A stream reserved on a connection; released when the response body (or this) is dropped.
-pub struct Stream {
+pub(crate) struct Stream {
     send: http2::SendRequest<Body>,
     guard: StreamGuard,
 }
@@ -81,12 +81,12 @@ impl H2Pool {
     }
 
     /// Whether the upstream is known not to speak HTTP/2.
-    pub fn is_http1(&self) -> bool {
+    pub(crate) fn is_http1(&self) -> bool {
         self.no_h2.load(Ordering::Relaxed)
     }
 
     /// Open connections (for tests and the watch-scale measurement).
-    pub async fn connections(&self) -> usize {
+    pub(crate) async fn connections(&self) -> usize {
         let mut conns = self.conns.lock().await;
         conns.retain(|c| !c.send.is_closed());
         conns.len()
@@ -94,7 +94,7 @@ impl H2Pool {
 
     /// A stream on a connection with room, connecting if none has; `Ok(None)` when the
     /// upstream chose HTTP/1.1.
-    pub async fn checkout(&self, base: &Uri) -> Result<Option<Stream>, BoxError> {
+    pub(crate) async fn checkout(&self, base: &Uri) -> Result<Option<Stream>, BoxError> {
         let mut conns = self.conns.lock().await;
         conns.retain(|c| !c.send.is_closed());
         if let Some(c) = conns
@@ -142,7 +142,7 @@ fn reserve(c: &Conn) -> Stream {
 
 impl Stream {
     /// Sends `req` (an absolute URI) on this stream.
-    pub async fn send(
+    pub(crate) async fn send(
         mut self,
         mut req: Request<Body>,
     ) -> Result<Response<UpstreamBody>, hyper::Error> {

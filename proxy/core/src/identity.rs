@@ -24,10 +24,13 @@ use rustls::server::danger::ClientCertVerifier;
 
 /// The header names of the requestheader protocol (configurable like kube-apiserver's
 /// `--requestheader-*-headers`).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HeaderNames {
+    /// The user name header.
     pub user: HeaderName,
+    /// The user's UID header.
     pub uid: HeaderName,
+    /// The header of each group.
     pub group: HeaderName,
     /// Lowercase prefix of the extra headers.
     pub extra_prefix: String,
@@ -50,15 +53,24 @@ pub enum ClientIdentity {
     /// Nothing: its identity headers are removed, its credentials pass as sent.
     Anonymous,
     /// A user certificate (front-proxy mode): asserted as front-proxy headers.
-    User { name: String, groups: Vec<String> },
+    User {
+        /// The certificate's CN.
+        name: String,
+        /// Its organisations (O).
+        groups: Vec<String>,
+    },
     /// A trusted front proxy: its identity headers pass as they are.
-    TrustedProxy { name: String },
+    TrustedProxy {
+        /// The proxy certificate's CN.
+        name: String,
+    },
 }
 
 /// Decides a connection's identity from its client certificate chain.
 pub struct Authenticator {
     users: Option<Arc<dyn ClientCertVerifier>>,
     proxies: Option<(Arc<dyn ClientCertVerifier>, Vec<String>)>,
+    /// The header names to assert and to strip.
     pub names: HeaderNames,
 }
 

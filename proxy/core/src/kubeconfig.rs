@@ -14,10 +14,13 @@ use serde::Deserialize;
 pub struct KubeConfig {
     /// The file read, for error messages.
     pub path: PathBuf,
+    /// The cluster's `server`.
     pub server: Uri,
     /// PEM of the CA that verifies `server` (required for `https://`).
     pub ca_pem: Option<Vec<u8>>,
+    /// The user's `token`.
     pub token: Option<String>,
+    /// The user's `tokenFile` (reread at each use: it may rotate).
     pub token_file: Option<PathBuf>,
     /// PEM certificate and key of the user.
     pub client_cert: Option<(Vec<u8>, Vec<u8>)>,
@@ -99,50 +102,73 @@ pub enum KubeconfigError {
     /// The file could not be read.
     #[error("{}: {source}", path.display())]
     Read {
+        /// The kubeconfig.
         path: PathBuf,
+        /// Why it could not be read.
         source: std::io::Error,
     },
     /// The file is not a kubeconfig.
     #[error("{}: {source}", path.display())]
     Parse {
+        /// The kubeconfig.
         path: PathBuf,
+        /// Why it does not parse.
         source: serde_yaml_ng::Error,
     },
     /// A context, cluster or user it names is not in the file.
     #[error("{}: {what} {name:?} not found", path.display())]
     NotFound {
+        /// The kubeconfig.
         path: PathBuf,
+        /// `context`, `cluster` or `user`.
         what: &'static str,
+        /// The name looked for.
         name: String,
     },
     /// A `*-data` field is not base64.
     #[error("{}: {what}-data: {source}", path.display())]
     Base64 {
+        /// The kubeconfig.
         path: PathBuf,
+        /// The field, without `-data`.
         what: &'static str,
+        /// Why it does not decode.
         source: base64::DecodeError,
     },
     /// A file it references could not be read.
     #[error("{}: {what} {}: {source}", path.display(), file.display())]
     Referenced {
+        /// The kubeconfig.
         path: PathBuf,
+        /// The field naming the file.
         what: &'static str,
+        /// The file.
         file: PathBuf,
+        /// Why it could not be read.
         source: std::io::Error,
     },
     /// The cluster's server is not a URL.
     #[error("{}: server {server:?}: {source}", path.display())]
     Server {
+        /// The kubeconfig.
         path: PathBuf,
+        /// The cluster's `server`.
         server: String,
+        /// Why it is not a URL.
         source: http::uri::InvalidUri,
     },
     /// An `https://` server without a CA to verify it.
     #[error("{}: certificate-authority is required for an https:// server", path.display())]
-    CaRequired { path: PathBuf },
+    CaRequired {
+        /// The kubeconfig.
+        path: PathBuf,
+    },
     /// Only one of the user's certificate and key.
     #[error("{}: client-certificate and client-key go together", path.display())]
-    HalfClientCert { path: PathBuf },
+    HalfClientCert {
+        /// The kubeconfig.
+        path: PathBuf,
+    },
 }
 
 fn find<'a, T>(

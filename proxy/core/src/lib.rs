@@ -14,8 +14,8 @@
 //! - [`identity`]: what the API servers are told about who the client is;
 //! - [`forward`]: streaming the request to the chosen upstream and its answer back;
 //! - [`error`]: every failure mvproxy answers itself, as a Kubernetes `Status`;
-//! - [`server`] ties them together per request and runs the listener, with [`spans`] for
-//!   the trace of each request; [`admin`] serves health, readiness, metrics and
+//! - `server` ties them together per request and runs the listener, with `spans` for
+//!   the trace of each request; `admin` serves health, readiness, metrics and
 //!   `/debug/discovery`; [`readiness`] records which clients use GVRs that not every server
 //!   serves, and on which side of the upgrade (`mvproxy_skew_requests_total`,
 //!   `/debug/clients`).
@@ -31,23 +31,30 @@
 //! The stand-in API server (`mvproxy-standin`, which shares no code with this crate) and
 //! `mvproxy demo` (`mvproxy-demo`, which uses both) are crates of their own: nothing here can
 //! reach them. The `mvproxy` binary (`proxy/cli`) parses flags and runs [`app`].
+//!
+//! What only this crate uses is `pub(crate)` (`unreachable_pub` keeps it so), and every item
+//! other crates can reach is documented (`missing_docs`).
 
-pub mod admin;
+#![warn(missing_docs, unreachable_pub)]
+
+pub(crate) mod admin;
 pub mod app;
 pub mod classify;
 pub mod config;
-pub mod delegated;
+pub(crate) mod delegated;
 pub mod discovery;
 pub mod error;
 pub mod forward;
-pub mod h1pool;
-pub mod h2pool;
+pub(crate) mod h1pool;
+pub(crate) mod h2pool;
 pub mod identity;
 pub mod kubeconfig;
 pub mod limits;
 pub mod peers;
 pub mod readiness;
 pub mod route;
-pub mod server;
-pub mod spans;
+pub(crate) mod server;
+pub(crate) mod spans;
+#[cfg(test)]
+mod testkit;
 pub mod tls;

@@ -88,9 +88,13 @@ pub const REFUSE_TIMEOUT: Duration = Duration::from_secs(10);
 /// The limits, validated (see [`crate::config`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
+    /// `--max-request-header-bytes`.
     pub max_request_header_bytes: usize,
+    /// `--max-request-body-bytes`.
     pub max_request_body_bytes: u64,
+    /// `--max-discovery-document-bytes`.
     pub max_discovery_document_bytes: usize,
+    /// `--max-connections`.
     pub max_connections: usize,
 }
 
@@ -334,7 +338,10 @@ pub const REFUSED_BODY_DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 /// one whose request body was not read), it would see a write error instead of the answer.
 /// Bounded by [`DRAIN_BYTES`] and [`REFUSED_BODY_DRAIN_TIMEOUT`], so refusing costs no more than that.
 /// HTTP/2 needs none of this: the stream is reset and the connection goes on.
-fn drain(mut body: Incoming, version: http::Version) {
+fn drain<B>(mut body: B, version: http::Version)
+where
+    B: HttpBody<Data = Bytes> + Send + Unpin + 'static,
+{
     if version >= http::Version::HTTP_2 {
         return;
     }
@@ -355,10 +362,13 @@ fn drain(mut body: Incoming, version: http::Version) {
 
 /// A request body that fails once more than its limit has streamed through, and that tells
 /// a failure to read the client's body apart from an upstream's (see [`BodyLimit::explain`]).
+///
+/// Generic over the client's body (hyper's [`Incoming`] on the listener), so the request path
+/// can be driven without a socket.
 #[derive(Debug)]
-pub struct LimitedBody {
+pub struct LimitedBody<B = Incoming> {
     /// `None` once the limit was passed (the rest is being drained).
-    inner: Option<Incoming>,
+    inner: Option<B>,
     version: http::Version,
     /// Bytes still allowed.
     remaining: u64,
@@ -377,6 +387,7 @@ enum BodyFailure {
 #[derive(Debug, thiserror::Error)]
 #[error("the request body is larger than {limit} bytes")]
 pub struct BodyTooLarge {
+    /// `--max-request-body-bytes`.
     pub limit: u64,
 }
 
@@ -385,10 +396,15 @@ pub struct BodyTooLarge {
 #[derive(Debug, thiserror::Error)]
 #[error("reading the client's request body: {cause}")]
 pub struct ClientBodyFailed {
+    /// What failed, in words.
     pub cause: String,
 }
 
-impl HttpBody for LimitedBody {
+impl<B> HttpBody for LimitedBody<B>
+where
+    B: HttpBody<Data = Bytes> + Send + Unpin + 'static,
+    B::Error: Into<crate::forward::BoxError>,
+{
     type Data = Bytes;
     type Error = crate::forward::BoxError;
 
@@ -418,7 +434,8 @@ impl HttpBody for LimitedBody {
                 Poll::Ready(Some(Ok(frame)))
             }
             Poll::Ready(Some(Err(e))) => {
-                let cause = crate::forward::causes(&e);
+                let e: crate::forward::BoxError = e.into();
+                let cause = crate::forward::causes(&*e);
                 let _ = this.failed.set(BodyFailure::Read(cause.clone()));
                 Poll::Ready(Some(Err(Box::new(ClientBodyFailed { cause }))))
             }
@@ -464,11 +481,14 @@ impl BodyLimit {
 
 /// Puts the body limit on `req`: refused at once when its `Content-Length` is over `limit`,
 /// else counted as it streams. The `proxy` subresource is not limited (see the module docs).
-pub fn limit_body(
-    req: Request<Incoming>,
+pub fn limit_body<B>(
+    req: Request<B>,
     info: &RequestInfo,
     limit: u64,
-) -> Result<(Request<LimitedBody>, BodyLimit), ProxyError> {
+) -> Result<(Request<LimitedBody<B>>, BodyLimit), ProxyError>
+where
+    B: HttpBody<Data = Bytes> + Send + Unpin + 'static,
+{
     let limit = match info {
         RequestInfo::Resource(r) if r.subresource.as_deref() == Some("proxy") => u64::MAX,
         _ => limit,

@@ -44,7 +44,9 @@ const ADVERTISE_ANNOTATION: &str = "kubernetes.io/peer-advertise-address";
 /// Which objects describe the peers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
+    /// The identity Leases in `kube-system`.
     Leases,
+    /// The `default/kubernetes` EndpointSlices.
     EndpointSlices,
 }
 
@@ -71,6 +73,7 @@ impl Kind {
 
 /// A cluster peer source.
 pub struct KubeSource {
+    /// Which objects describe the peers.
     pub kind: Kind,
     /// The API server the objects are read from (the local one).
     pub api: Upstream,
@@ -84,6 +87,7 @@ pub struct KubeSource {
     pub self_addr: String,
     /// `https` for API servers; `http` only for test stand-ins.
     pub scheme: &'static str,
+    /// Where list and watch failures are counted.
     pub metrics: Arc<Metrics>,
 }
 

@@ -26,10 +26,15 @@ pub const PEER_PROXIED: &str = "x-kubernetes-peer-proxied";
 /// Why a request is served by the local API server (the `mvproxy.reason` values).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LocalReason {
+    /// Not a resource request.
     NonResource,
+    /// A peer already proxied it here.
     AlreadyProxied,
+    /// Discovery is not synced yet.
     NotSynced,
+    /// The local server serves the GVR.
     ServedLocally,
+    /// No server serves the GVR: the local server's own 404.
     NoPeer,
 }
 

@@ -12,7 +12,6 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
-use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use hyper_util::server::graceful::GracefulShutdown;
 use mvproxy_telemetry::metrics::{
@@ -28,15 +27,23 @@ use crate::discovery::negotiate::{DiscoveryFormat, negotiate};
 use crate::discovery::types::CONTENT_TYPE_V2;
 use crate::discovery::{Cache, ServerName, Snapshot};
 use crate::error::ProxyError;
-use crate::forward::{Body, Upstream, full};
+use crate::forward::{Body, BoxError, Upstream, full};
 use crate::identity::{Authenticator, ClientIdentity};
 use crate::limits::{self, LimitedBody, Limits};
 use crate::readiness::Readiness;
 use crate::route::{LocalReason, MergedFormat, Route, decide};
 use crate::spans;
 
+/// A client's request body as [`handle`] takes it: hyper's [`Incoming`](hyper::body::Incoming) on the listener.
+pub(crate) trait ClientBody:
+    http_body::Body<Data = Bytes> + Send + Sync + Unpin + 'static
+{
+}
+
+impl<B> ClientBody for B where B: http_body::Body<Data = Bytes> + Send + Sync + Unpin + 'static {}
+
 /// What every request needs: the upstreams, the discovery cache and the metric handles.
-pub struct App {
+pub(crate) struct App {
     /// Turns a connection's client certificate into the identity headers upstreams see.
     pub auth: Authenticator,
     pub server_id: ServerName,
@@ -53,11 +60,18 @@ pub struct App {
 /// Handles one request from a client with `identity`: classify → look up and decide →
 /// forward → record. A request for a GVR in the skew is also recorded with its client
 /// ([`Readiness::observe`], once identity headers are settled).
-pub async fn handle(
+///
+/// Generic over the request body: the listener passes hyper's
+/// [`Incoming`](hyper::body::Incoming), a test any body.
+pub(crate) async fn handle<B>(
     app: Arc<App>,
     identity: Arc<ClientIdentity>,
-    mut req: Request<Incoming>,
-) -> Response<Body> {
+    mut req: Request<B>,
+) -> Response<Body>
+where
+    B: ClientBody,
+    B::Error: Into<BoxError>,
+{
     let start = Instant::now();
     let method = req.method().clone();
     let path = req.uri().path().to_owned();
@@ -119,14 +133,18 @@ pub async fn handle(
 }
 
 /// Step 3: where the decision sends the request.
-async fn respond(
+async fn respond<B>(
     app: &App,
     snap: &Snapshot,
     span: &RequestSpan,
     info: &RequestInfo,
     route: &Route,
-    req: Request<Incoming>,
-) -> Result<Response<Body>, ProxyError> {
+    req: Request<B>,
+) -> Result<Response<Body>, ProxyError>
+where
+    B: ClientBody,
+    B::Error: Into<BoxError>,
+{
     let (req, body_limit) = limits::limit_body(req, info, app.limits.max_request_body_bytes)?;
     let result = match route {
         Route::Local(_) => forward(&app.local, req, span, info, None).await,
@@ -149,13 +167,17 @@ async fn respond(
 }
 
 /// One upstream attempt, in its own `CLIENT` span whose context the upstream receives.
-async fn forward(
+async fn forward<B>(
     up: &Upstream,
-    mut req: Request<LimitedBody>,
+    mut req: Request<LimitedBody<B>>,
     server_span: &RequestSpan,
     info: &RequestInfo,
     peer: Option<&ServerName>,
-) -> Result<Response<Body>, ProxyError> {
+) -> Result<Response<Body>, ProxyError>
+where
+    B: ClientBody,
+    B::Error: Into<BoxError>,
+{
     let client = spans::client(server_span, req.method(), info, &up.base, peer);
     client.inject(req.headers_mut());
     let result = up.forward(req, peer.is_some()).await;
@@ -373,10 +395,10 @@ fn method_label(m: &Method) -> &'static str {
 }
 
 /// How long in-flight requests get to finish after a shutdown signal (watches never finish).
-pub const SHUTDOWN_DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const SHUTDOWN_DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Serves the proxy on `listener` until `shutdown` is cancelled, then drains open connections.
-pub async fn serve(
+pub(crate) async fn serve(
     listener: TcpListener,
     tls: Option<TlsAcceptor>,
     app: Arc<App>,
@@ -452,8 +474,11 @@ pub async fn serve(
 }
 
 /// Binds a listener, naming the address in the error.
-pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+pub(crate) async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
     TcpListener::bind(addr)
         .await
         .map_err(|e| std::io::Error::new(e.kind(), format!("bind {addr}: {e}")))
 }
+
+#[cfg(test)]
+mod tests;

@@ -28,7 +28,7 @@ fn span_name(method: &Method, info: &RequestInfo) -> Cow<'static, str> {
 }
 
 /// The `SERVER` span of a request received on `listen`, child of the client's trace context.
-pub fn server(
+pub(crate) fn server(
     method: &Method,
     uri: &Uri,
     info: &RequestInfo,
@@ -59,7 +59,7 @@ pub fn server(
 }
 
 /// Records the decision on the server span.
-pub fn decided(span: &RequestSpan, route: &Route) {
+pub(crate) fn decided(span: &RequestSpan, route: &Route) {
     if !span.is_recording() {
         return;
     }
@@ -73,7 +73,7 @@ pub fn decided(span: &RequestSpan, route: &Route) {
 }
 
 /// The `CLIENT` span of one upstream attempt; inject its context into the upstream request.
-pub fn client(
+pub(crate) fn client(
     server: &RequestSpan,
     method: &Method,
     info: &RequestInfo,
@@ -100,7 +100,7 @@ pub fn client(
 
 /// Records a response on a span; `error_from` is the lowest status that marks it failed
 /// (500 on the server side, 400 on the client side, as the HTTP conventions say).
-pub fn responded(span: &RequestSpan, status: StatusCode, error_from: u16) {
+pub(crate) fn responded(span: &RequestSpan, status: StatusCode, error_from: u16) {
     if !span.is_recording() {
         return;
     }
@@ -114,7 +114,7 @@ pub fn responded(span: &RequestSpan, status: StatusCode, error_from: u16) {
 }
 
 /// Marks a span failed by `e`, with an `exception` event.
-pub fn failed(span: &RequestSpan, e: &ProxyError) {
+pub(crate) fn failed(span: &RequestSpan, e: &ProxyError) {
     if !span.is_recording() {
         return;
     }
@@ -127,12 +127,12 @@ pub fn failed(span: &RequestSpan, e: &ProxyError) {
 }
 
 /// A span event: a routing-index lookup.
-pub fn lookup_event(span: &RequestSpan, hit: bool, micros: u128) {
+pub(crate) fn lookup_event(span: &RequestSpan, hit: bool, micros: u128) {
     event(span, "discovery.lookup", hit, micros);
 }
 
 /// A span event: the merged `/apis` served from cache or rebuilt.
-pub fn merge_event(span: &RequestSpan, hit: bool, micros: u128) {
+pub(crate) fn merge_event(span: &RequestSpan, hit: bool, micros: u128) {
     event(span, "discovery.merge", hit, micros);
 }
 
@@ -145,5 +145,42 @@ fn event(span: &RequestSpan, name: &'static str, hit: bool, micros: u128) {
                 KeyValue::new("duration_us", i64::try_from(micros).unwrap_or(i64::MAX)),
             ],
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::classify::classify;
+
+    /// README: "a `SERVER` span named `{method} {route}` with a templated route": names
+    /// carry no object name, namespace or query, so they stay few.
+    #[test]
+    fn span_names_are_the_method_and_the_templated_route() {
+        let cases = [
+            (
+                "GET",
+                "/api/v1/namespaces/default/pods",
+                "GET /api/{version}/namespaces/{namespace}/{resource}",
+            ),
+            (
+                "DELETE",
+                "/apis/apps/v1/namespaces/kube-system/deployments/coredns",
+                "DELETE /apis/{group}/{version}/namespaces/{namespace}/{resource}/{name}",
+            ),
+            (
+                "PUT",
+                "/api/v1/nodes/n1/status",
+                "PUT /api/{version}/{resource}/{name}/{subresource}",
+            ),
+            ("GET", "/apis", "GET /apis"),
+            ("GET", "/apis/apps/v1", "GET /apis/{group}/{version}"),
+            ("GET", "/healthz", "GET"),
+        ];
+        for (method, path, want) in cases {
+            let method: Method = method.parse().unwrap();
+            let info = classify(&method, path, None);
+            assert_eq!(span_name(&method, &info), want, "{path}");
+        }
     }
 }

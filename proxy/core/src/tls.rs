@@ -32,10 +32,17 @@ pub static PROTOCOL_VERSIONS: &[&SupportedProtocolVersion] =
 /// A TLS file that could not be used.
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
+    /// A file could not be read or holds no usable PEM.
     #[error("{path}: {cause}")]
-    File { path: PathBuf, cause: String },
+    File {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        cause: String,
+    },
+    /// rustls refused the configuration built from the files.
     #[error("{0}")]
-    Config(String),
+    Config(#[source] rustls::Error),
 }
 
 fn file_error(path: &Path, cause: impl ToString) -> TlsError {
@@ -121,7 +128,7 @@ pub fn server_config(
 ) -> Result<ServerConfig, TlsError> {
     let builder = ServerConfig::builder_with_provider(provider())
         .with_protocol_versions(PROTOCOL_VERSIONS)
-        .map_err(|e| TlsError::Config(e.to_string()))?;
+        .map_err(TlsError::Config)?;
     let builder = match clients {
         Some(verifier) => builder.with_client_cert_verifier(verifier),
         None => builder.with_no_client_auth(),
@@ -154,7 +161,7 @@ pub fn client_config_from_pem(
 ) -> Result<ClientConfig, TlsError> {
     let builder = ClientConfig::builder_with_provider(provider())
         .with_protocol_versions(PROTOCOL_VERSIONS)
-        .map_err(|e| TlsError::Config(e.to_string()))?
+        .map_err(TlsError::Config)?
         .with_root_certificates(parse_roots(origin, ca)?);
     match client {
         Some((cert, key)) => builder
@@ -173,7 +180,7 @@ pub fn client_config_with(
 ) -> Result<ClientConfig, TlsError> {
     let builder = ClientConfig::builder_with_provider(provider())
         .with_protocol_versions(PROTOCOL_VERSIONS)
-        .map_err(|e| TlsError::Config(e.to_string()))?
+        .map_err(TlsError::Config)?
         .dangerous()
         .with_custom_certificate_verifier(verifier);
     Ok(match client_cert {

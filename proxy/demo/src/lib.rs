@@ -107,8 +107,8 @@ pub(crate) enum DemoError {
         addr: std::net::SocketAddr,
         source: std::io::Error,
     },
-    #[error("starting proxies: finding free ports: {0}")]
-    Ports(#[source] std::io::Error),
+    #[error("starting proxies: binding their listeners: {0}")]
+    Bind(#[source] std::io::Error),
     #[error("the embedded catalog: {0}")]
     Catalog(#[source] serde_json::Error),
     #[error("{proxy} did not catch up with {server} in time: {why}")]

@@ -9,7 +9,7 @@
 //! the same port, as a restarted kube-apiserver comes back on its address.
 
 use std::collections::BTreeSet;
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener};
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
@@ -20,7 +20,7 @@ use super::plan::{ClusterState, NODES, NodeState, Surfaces, node_name};
 use super::workload::{NAMESPACE, SEEDED, api_version, seeded_name};
 use mvproxy::app;
 use mvproxy::classify::Gvr;
-use mvproxy::config::ServeArgs;
+use mvproxy::config::{Listeners, ServeArgs};
 use mvproxy_standin::{self as standin, StandIn};
 
 /// Longest wait for every proxy to see a change.
@@ -31,8 +31,6 @@ const CONVERGE_POLL: Duration = Duration::from_millis(25);
 const CONVERGE_NUDGE: Duration = Duration::from_millis(250);
 /// Attempts at binding a restarted stand-in to its port.
 const REBIND_ATTEMPTS: u32 = 100;
-/// Attempts at starting the proxies on ports found free.
-const START_ATTEMPTS: u32 = 5;
 
 /// One node: its stand-in API server and its mvproxy.
 pub(crate) struct Node {
@@ -76,20 +74,9 @@ impl Stack {
             });
         }
         let mut stack = Stack { nodes };
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            match stack.start_proxies(admin_port).await {
-                Ok(()) => break,
-                // A port found free was taken before the proxy bound it: pick others.
-                Err(DemoError::Start { .. }) if attempt < START_ATTEMPTS => {
-                    stack.stop_proxies().await;
-                }
-                Err(e) => {
-                    stack.shutdown().await;
-                    return Err(e);
-                }
-            }
+        if let Err(e) = stack.start_proxies(admin_port).await {
+            stack.shutdown().await;
+            return Err(e);
         }
         if let Err(e) = stack.converge(state, surfaces, interrupt).await {
             stack.shutdown().await;
@@ -98,24 +85,39 @@ impl Stack {
         Ok(stack)
     }
 
+    /// Binds every proxy's listeners first, so each knows its peers' addresses, then
+    /// starts the proxies on them.
     async fn start_proxies(&mut self, admin_port: Option<u16>) -> Result<(), DemoError> {
-        let ports = free_ports(NODES)?;
-        let url = |port: u16| format!("http://127.0.0.1:{port}");
+        let loopback = |port: u16| SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, port));
+        let mut sockets = Vec::with_capacity(NODES);
         for i in 0..NODES {
             let admin = admin_port.map_or(0, |p| p.saturating_add(i as u16));
+            let bound = app::Sockets::bind(&Listeners {
+                proxy: loopback(0),
+                admin: loopback(admin),
+            })
+            .await
+            .map_err(DemoError::Bind)?;
+            sockets.push(bound);
+        }
+        let addrs = sockets
+            .iter()
+            .map(|s| s.proxy.local_addr())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(DemoError::Bind)?;
+        let url = |addr: SocketAddr| format!("http://{addr}");
+        for (i, bound) in sockets.into_iter().enumerate() {
             let args = ServeArgs {
-                listen: Some(format!("127.0.0.1:{}", ports[i])),
-                admin_listen: Some(format!("127.0.0.1:{admin}")),
-                local: Some(url(self.nodes[i].standin_addr.port())),
+                local: Some(url(self.nodes[i].standin_addr)),
                 server_id: Some(node_name(i)),
                 peers: (0..NODES)
                     .filter(|&j| j != i)
-                    .map(|j| format!("{}={}", node_name(j), url(ports[j])))
+                    .map(|j| format!("{}={}", node_name(j), url(addrs[j])))
                     .collect(),
                 ..ServeArgs::default()
             };
             let config = args.load()?;
-            let running = app::start(&config)
+            let running = app::start(&config, bound)
                 .await
                 .map_err(|source| DemoError::Start {
                     node: node_name(i),
@@ -127,14 +129,6 @@ impl Stack {
             node.proxy = Some(running);
         }
         Ok(())
-    }
-
-    async fn stop_proxies(&mut self) {
-        for node in &mut self.nodes {
-            if let Some(proxy) = node.proxy.take() {
-                proxy.shutdown().await;
-            }
-        }
     }
 
     /// Brings every node to `state` (stopping or starting stand-ins), then waits until every
@@ -336,17 +330,4 @@ fn seed(running: &standin::Running, release: Release) {
             );
         }
     }
-}
-
-/// `n` distinct loopback ports free a moment ago (held together, so they differ).
-fn free_ports(n: usize) -> Result<Vec<u16>, DemoError> {
-    let listeners = (0..n)
-        .map(|_| TcpListener::bind((Ipv4Addr::LOCALHOST, 0)))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(DemoError::Ports)?;
-    listeners
-        .iter()
-        .map(|l| l.local_addr().map(|a| a.port()))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(DemoError::Ports)
 }

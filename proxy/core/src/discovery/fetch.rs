@@ -46,7 +46,12 @@ pub const SYNC_ERROR_FETCH_DISCOVERY: &str = values::FETCH_DISCOVERY;
 pub enum FetchError {
     /// No response: the server could not be reached or did not answer in time.
     #[error("GET {path}: {source}")]
-    Request { path: String, source: ProxyError },
+    Request {
+        /// The path requested.
+        path: String,
+        /// Why no response came.
+        source: ProxyError,
+    },
     /// The document is over `--max-discovery-document-bytes`, by its `Content-Length` if it
     /// declared one.
     #[error(
@@ -54,31 +59,45 @@ pub enum FetchError {
         declared.map(|len| format!(": its Content-Length is {len}")).unwrap_or_default()
     )]
     TooLarge {
+        /// The path requested.
         path: String,
+        /// `--max-discovery-document-bytes`.
         limit: usize,
+        /// Its `Content-Length`, if it declared one.
         declared: Option<u64>,
     },
     /// The body stopped before its end.
     #[error("GET {path}: {upstream} stopped sending: {cause}")]
     Stopped {
+        /// The path requested.
         path: String,
+        /// The server.
         upstream: String,
+        /// Why the body stopped, in words.
         cause: String,
     },
     /// An answer other than 200 or 404, with the start of its body.
     #[error("GET {path}: HTTP {status}: {body}")]
     Status {
+        /// The path requested.
         path: String,
+        /// The answer's status.
         status: StatusCode,
+        /// The start of its body.
         body: String,
     },
     /// A legacy group-version the server listed is not there.
     #[error("GET {path}: 404 Not Found")]
-    NotFound { path: String },
+    NotFound {
+        /// The path requested.
+        path: String,
+    },
     /// Not the JSON the path serves.
     #[error("GET {path}: undecodable document: {source}")]
     Undecodable {
+        /// The path requested.
         path: String,
+        /// Why it does not decode.
         source: serde_json::Error,
     },
 }

@@ -35,7 +35,9 @@ mod tests;
 /// (upstream returns local unchanged, §2.3 step 1 and 6).
 #[derive(Debug, Clone, PartialEq)]
 pub enum Merged {
+    /// Serve the local document's bytes as they are.
     Unchanged,
+    /// The merged groups, in priority order.
     Changed(Vec<ApiGroupDiscovery>),
 }
 

@@ -14,7 +14,10 @@ use super::types::{AGGREGATED_GROUP, AGGREGATED_KIND};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DiscoveryFormat {
     /// `apidiscovery.k8s.io/v2`; `nopeer` if the range carried `profile=nopeer`.
-    AggregatedV2 { nopeer: bool },
+    AggregatedV2 {
+        /// Only the server's own groups (`profile=nopeer`).
+        nopeer: bool,
+    },
     /// `apidiscovery.k8s.io/v2beta1`, which upstream never merges.
     AggregatedV2Beta1,
     /// Plain JSON: `APIGroupList`.

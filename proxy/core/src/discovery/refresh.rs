@@ -36,6 +36,7 @@ const MISS_REFRESH_GAP: Duration = Duration::from_secs(1);
 /// Timing of the refresher.
 #[derive(Debug, Clone, Copy)]
 pub struct RefreshSettings {
+    /// Between refreshes of each server.
     pub interval: Duration,
     /// Largest discovery document read (`--max-discovery-document-bytes`).
     pub max_document_bytes: usize,
@@ -44,7 +45,9 @@ pub struct RefreshSettings {
 /// A peer as a peer source reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PeerSpec {
+    /// The peer's server name.
     pub name: ServerName,
+    /// Where it is reached.
     pub url: Uri,
     /// Changes when the peer restarts (a lease's holder identity); a change triggers a refetch.
     pub generation: String,
@@ -389,6 +392,12 @@ impl Cache {
         }
     }
 
+    /// [`Cache::record`] for the crate's tests, which feed fetch results by hand.
+    #[cfg(test)]
+    pub(crate) fn record_for_test(&self, name: &ServerName, result: Result<ServerView, String>) {
+        self.record(name, Duration::ZERO, result);
+    }
+
     fn publish(&self, state: &State) {
         self.wakes.store(Arc::new(wakes(state)));
         self.snapshot.store(Arc::new(build(state)));
@@ -654,6 +663,64 @@ mod tests {
                 "b restarts" => assert!(woken(&cache, "b").await, "{step}: refetch"),
                 _ => {}
             }
+        }
+    }
+
+    /// The exclusion grace through the cache itself: fetch results recorded on a hand-moved
+    /// clock, the published snapshot read after each.
+    #[test]
+    fn a_crd_that_left_stays_excluded_from_peers_for_five_minutes() {
+        use crate::testkit::view;
+        let start = Instant::now();
+        let now = Arc::new(Mutex::new(start));
+        let clock: Clock = {
+            let now = now.clone();
+            Arc::new(move || *now.lock().unwrap())
+        };
+        let factory: UpstreamFactory =
+            Box::new(|name, url| upstream(name.as_str(), &url.to_string()));
+        let cache = Cache::with_clock(
+            upstream("local", "http://127.0.0.1:1").unwrap(),
+            factory,
+            RefreshSettings {
+                interval: Duration::from_secs(30),
+                max_document_bytes: 1 << 20,
+            },
+            Arc::new(Metrics::register(&mut Default::default())),
+            clock,
+        );
+        cache.set_peers(vec![peer("b", "http://127.0.0.2:6443", "1")]);
+        let widgets = crate::classify::Gvr::new("crd.example", "v1", "widgets");
+        let pods = ("", "v1", "pods");
+        let with_crd = || view(&[pods, ("crd.example", "v1", "widgets")]);
+        let record = |name: &str, v: Arc<ServerView>| {
+            cache.record_for_test(&name.into(), Ok(Arc::try_unwrap(v).unwrap()));
+        };
+        record("b", with_crd());
+        let grace = EXCLUSION_GRACE.as_secs();
+        // (seconds after start, local serves the CRD?, b is a route for it after)
+        let steps: &[(u64, bool, bool)] = &[
+            (0, true, false),
+            (10, false, false),
+            (10 + grace - 1, false, false),
+            (10 + grace, false, true),
+            (10 + grace + 5, true, false),
+        ];
+        for &(at, local_crd, routed) in steps {
+            *now.lock().unwrap() = start + Duration::from_secs(at);
+            record("local", if local_crd { with_crd() } else { view(&[pods]) });
+            let snap = cache.load();
+            assert_eq!(
+                snap.peers_serving(&widgets) == [ServerName::from("b")],
+                routed,
+                "at {at}s: b routed for the CRD's GVR"
+            );
+            assert_eq!(
+                snap.excluded()
+                    .contains(&("crd.example".to_owned(), "v1".to_owned())),
+                !routed,
+                "at {at}s: excluded"
+            );
         }
     }
 

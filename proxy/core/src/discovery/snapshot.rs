@@ -168,13 +168,17 @@ impl ServerView {
 /// One server's state as the refresher knows it.
 #[derive(Debug, Clone)]
 pub struct ServerState {
+    /// The server's name.
     pub name: ServerName,
+    /// Its URL.
     pub url: String,
+    /// Whether it is the local server.
     pub local: bool,
     /// The last fetch succeeded.
     pub up: bool,
     /// The last fetch error, in words.
     pub error: Option<String>,
+    /// When it was last fetched.
     pub last_fetch: Option<SystemTime>,
     /// The last good view; `None` until a fetch has succeeded once. A server that goes down
     /// keeps it, so that what only it served gets a 503 and not a false 404.
@@ -202,7 +206,9 @@ impl ServerState {
 /// A peer as the request path sees it.
 #[derive(Debug)]
 pub struct PeerEntry {
+    /// Its last fetch succeeded.
     pub up: bool,
+    /// Why its last fetch failed.
     pub error: Option<String>,
     /// The view after group-version exclusion; `None` if never fetched.
     pub view: Option<ServerView>,
@@ -213,6 +219,7 @@ pub struct PeerEntry {
 pub struct MergedApis {
     /// Aggregated v2 body and its quoted ETag.
     pub aggregated: Bytes,
+    /// Its quoted `ETag`.
     pub etag: String,
     /// Legacy `APIGroupList` body, or `None` when the merge changed nothing (serve local's own).
     pub legacy: Option<Bytes>,
@@ -486,3 +493,6 @@ impl Snapshot {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

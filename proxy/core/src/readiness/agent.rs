@@ -34,7 +34,9 @@ const SA_PREFIX: &str = "system:serviceaccount:";
 /// A ServiceAccount, as `system:serviceaccount:{namespace}:{name}` names it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ServiceAccount {
+    /// The ServiceAccount's namespace.
     pub namespace: String,
+    /// Its name.
     pub name: String,
 }
 

@@ -25,8 +25,11 @@ pub const DEFAULT_MAX_CLIENTS: usize = 100;
 /// How one client used one GVR on one side of the skew.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Use {
+    /// How many requests.
     pub requests: u64,
+    /// The first one.
     pub first_seen: SystemTime,
+    /// The last one.
     pub last_seen: SystemTime,
 }
 
@@ -149,6 +152,7 @@ impl Clients {
 pub struct ClientReport {
     /// The `client` label.
     pub client: String,
+    /// The program its `User-Agent` names.
     pub program: String,
     /// The version its last request's `User-Agent` carried.
     pub version: Option<String>,
@@ -164,6 +168,7 @@ pub struct ClientReport {
     pub unknown: Vec<GvrUse>,
     /// Unix seconds.
     pub first_seen: f64,
+    /// Unix seconds.
     pub last_seen: f64,
 }
 
@@ -172,12 +177,17 @@ pub struct ClientReport {
 pub struct GvrUse {
     /// `group/version/resource` (core: `v1/pods`).
     pub gvr: String,
+    /// The group (`""` for core).
     pub group: String,
+    /// The version.
     pub version: String,
+    /// The resource.
     pub resource: String,
+    /// How many requests.
     pub requests: u64,
     /// Unix seconds.
     pub first_seen: f64,
+    /// Unix seconds.
     pub last_seen: f64,
 }
 

@@ -23,7 +23,9 @@ use crate::classify::Gvr;
 /// A Kubernetes release, `major.minor`, as `/version` reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Release {
+    /// The major version.
     pub major: u32,
+    /// The minor version.
     pub minor: u32,
 }
 
@@ -55,6 +57,7 @@ impl std::fmt::Display for Release {
 pub struct ServerVersion {
     /// `gitVersion`, cut to [`MAX_GIT_VERSION`] characters.
     pub git_version: String,
+    /// The release, when `gitVersion` or `major`/`minor` tell it.
     pub release: Option<Release>,
 }
 
@@ -94,9 +97,13 @@ fn leading_number(s: &str) -> Option<u32> {
 /// The side of the skew a GVR is on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Side {
+    /// Served only by servers of older releases: breaks once the upgrade completes (`old_only`).
     OldOnly,
+    /// Served only by servers of the newest release: breaks on a rollback (`new_only`).
     NewOnly,
+    /// Some servers of one release serve it and others do not (`partial`).
     Partial,
+    /// Some server's release is unknown (`unknown`).
     Unknown,
 }
 
@@ -115,7 +122,9 @@ impl Side {
 /// One server as the judgement sees it: its release (if known) and what it serves.
 #[derive(Debug, Clone, Copy)]
 pub struct Surface<'a> {
+    /// The server's release, if known.
     pub release: Option<Release>,
+    /// What it serves.
     pub gvrs: &'a HashSet<Gvr>,
 }
 

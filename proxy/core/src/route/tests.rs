@@ -7,45 +7,8 @@ use http::{HeaderMap, HeaderValue, Method};
 
 use super::*;
 use crate::classify::classify;
-use crate::discovery::types::{
-    ApiGroupDiscovery, ApiResourceDiscovery, ApiVersionDiscovery, ObjectMeta,
-};
 use crate::discovery::{ServerState, ServerView};
-
-/// A view serving `gvrs` given as "group/version/resource" ("" group for core).
-fn view(gvrs: &[(&str, &str, &str)]) -> Arc<ServerView> {
-    let mut core = Vec::new();
-    let mut apis: Vec<ApiGroupDiscovery> = Vec::new();
-    for &(g, v, r) in gvrs {
-        let list = if g.is_empty() { &mut core } else { &mut apis };
-        if !list.iter().any(|x: &ApiGroupDiscovery| x.name() == g) {
-            list.push(ApiGroupDiscovery {
-                metadata: ObjectMeta { name: g.to_owned() },
-                versions: vec![],
-            });
-        }
-        let group = list.iter_mut().find(|x| x.name() == g).unwrap();
-        if !group.versions.iter().any(|x| x.version == v) {
-            group.versions.push(ApiVersionDiscovery {
-                freshness: None,
-                resources: vec![],
-                version: v.to_owned(),
-            });
-        }
-        let version = group.versions.iter_mut().find(|x| x.version == v).unwrap();
-        version.resources.push(ApiResourceDiscovery {
-            categories: vec![],
-            resource: r.to_owned(),
-            response_kind: None,
-            scope: "Namespaced".to_owned(),
-            short_names: vec![],
-            singular_resource: String::new(),
-            subresources: vec![],
-            verbs: vec!["get".to_owned()],
-        });
-    }
-    Arc::new(ServerView::new(core, apis, None))
-}
+use crate::testkit::view;
 
 struct Server {
     name: &'static str,

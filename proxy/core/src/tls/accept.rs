@@ -28,10 +28,13 @@ pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 #[derive(Debug, thiserror::Error)]
 pub enum AcceptError {
     #[error("no TLS handshake within {HANDSHAKE_TIMEOUT:?}")]
+    /// The client sent nothing in time.
     Timeout,
     #[error("plain HTTP on the TLS listener (answered 400)")]
+    /// The client spoke plain HTTP.
     PlainHttp,
     #[error("TLS handshake failed: {0}")]
+    /// The handshake failed.
     Handshake(std::io::Error),
 }
 

@@ -1,0 +1,117 @@
+//! The request path driven without a socket: [`handle`] over a [`Harness`] whose discovery
+//! cache is fed by hand, for the answers mvproxy gives itself (no upstream is reached).
+
+use bytes::Bytes;
+use http::{Request, StatusCode};
+use http_body_util::{BodyExt, Full};
+
+use super::*;
+use crate::testkit::{Harness, view};
+
+const PODS: (&str, &str, &str) = ("", "v1", "pods");
+const LEASES: (&str, &str, &str) = ("coordination.k8s.io", "v1", "leases");
+const WIDGETS: (&str, &str, &str) = ("example.com", "v1", "widgets");
+
+async fn send(h: &Harness, req: Request<Full<Bytes>>) -> (StatusCode, HeaderMap, String) {
+    let resp = handle(h.app.clone(), Arc::new(ClientIdentity::Anonymous), req).await;
+    let (parts, body) = resp.into_parts();
+    let body = body.collect().await.expect("body").to_bytes();
+    (
+        parts.status,
+        parts.headers,
+        String::from_utf8_lossy(&body).into_owned(),
+    )
+}
+
+fn get(path: &str) -> Request<Full<Bytes>> {
+    Request::get(path).body(Full::default()).expect("request")
+}
+
+#[tokio::test]
+async fn a_body_declared_over_the_limit_is_a_413_status_before_any_upstream() {
+    let h = Harness::new(
+        &[],
+        Limits {
+            max_request_body_bytes: 4,
+            ..Limits::default()
+        },
+    );
+    h.fetched("apiserver-a", Ok(view(&[PODS])));
+    let req = Request::post("/api/v1/namespaces/default/pods")
+        .header(header::CONTENT_LENGTH, "5")
+        .body(Full::new(Bytes::from_static(b"12345")))
+        .expect("request");
+    let (status, _, body) = send(&h, req).await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{body}");
+    let status: serde_json::Value = serde_json::from_str(&body).expect("a Status");
+    assert_eq!(status["kind"], "Status");
+    assert_eq!(status["code"], 413);
+    let scrape = h.scrape();
+    assert!(
+        scrape
+            .lines()
+            .any(|l| l.starts_with("mvproxy_requests_total{")
+                && l.contains(r#"code="413""#)
+                && l.ends_with(" 1")),
+        "{scrape}"
+    );
+}
+
+#[tokio::test]
+async fn a_gvr_only_a_never_reached_peer_could_serve_is_a_retryable_503() {
+    let h = Harness::new(&["apiserver-b"], Limits::default());
+    h.fetched("apiserver-a", Ok(view(&[PODS])));
+    let (status, headers, body) = send(&h, get("/apis/example.com/v1/namespaces/x/widgets")).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert!(headers.contains_key(header::RETRY_AFTER));
+    assert!(body.contains("apiserver-b"), "the peer is named: {body}");
+
+    // once the peer answered without it, nobody serves it: local's own 404 (forwarded)
+    // would follow; while every peer serving it is down, mvproxy answers 503 itself
+    h.fetched("apiserver-b", Ok(view(&[PODS, WIDGETS])));
+    h.fetched("apiserver-b", Err("connection refused"));
+    let (status, _, body) = send(&h, get("/apis/example.com/v1/namespaces/x/widgets")).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    let scrape = h.scrape();
+    assert!(
+        scrape.contains(r#"mvproxy_requests_total{"#) && scrape.contains(r#"code="503""#),
+        "{scrape}"
+    );
+}
+
+#[tokio::test]
+async fn get_apis_is_answered_with_every_servers_groups_merged() {
+    let h = Harness::new(&["apiserver-b"], Limits::default());
+    h.fetched("apiserver-a", Ok(view(&[PODS, LEASES])));
+    h.fetched("apiserver-b", Ok(view(&[PODS, WIDGETS])));
+    let req = Request::get("/apis")
+        .header(header::ACCEPT, crate::discovery::types::CONTENT_TYPE_V2)
+        .body(Full::default())
+        .expect("request");
+    let (status, headers, body) = send(&h, req).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let doc: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+    let groups: Vec<&str> = doc["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .filter_map(|g| g["metadata"]["name"].as_str())
+        .collect();
+    assert_eq!(groups, ["coordination.k8s.io", "example.com"], "{body}");
+
+    // the ETag it sent makes the next one a 304, built from the same merge
+    let etag = headers[header::ETAG].clone();
+    let req = Request::get("/apis")
+        .header(header::ACCEPT, crate::discovery::types::CONTENT_TYPE_V2)
+        .header(header::IF_NONE_MATCH, etag)
+        .body(Full::default())
+        .expect("request");
+    let (status, _, _) = send(&h, req).await;
+    assert_eq!(status, StatusCode::NOT_MODIFIED);
+    let scrape = h.scrape();
+    assert!(
+        scrape.contains(r#"mvproxy_discovery_merges_total{result="miss"} 1"#)
+            && scrape.contains(r#"mvproxy_discovery_merges_total{result="hit"} 1"#),
+        "merged once, then served from the snapshot: {scrape}"
+    );
+}

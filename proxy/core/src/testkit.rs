@@ -1,0 +1,159 @@
+//! What the crate's unit tests share: discovery views built from a GVR list, and the request
+//! path's [`App`] around a [`Cache`] that is fed fetch results by hand, so a test drives
+//! [`crate::server::handle`] and the admin router without a socket or a clock.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::HeaderName;
+use mvproxy_telemetry::metrics::Metrics;
+use prometheus_client::registry::Registry;
+
+use crate::discovery::refresh::{PeerSpec, RefreshSettings, UpstreamFactory};
+use crate::discovery::types::{
+    ApiGroupDiscovery, ApiResourceDiscovery, ApiVersionDiscovery, ObjectMeta,
+};
+use crate::discovery::{Cache, ServerName, ServerView};
+use crate::forward::{ClientSettings, Upstream};
+use crate::identity::{Authenticator, HeaderNames};
+use crate::limits::Limits;
+use crate::readiness::Readiness;
+use crate::server::App;
+
+/// A view serving `gvrs` given as "group/version/resource" ("" group for core).
+pub(crate) fn view(gvrs: &[(&str, &str, &str)]) -> Arc<ServerView> {
+    let mut core = Vec::new();
+    let mut apis: Vec<ApiGroupDiscovery> = Vec::new();
+    for &(g, v, r) in gvrs {
+        let list = if g.is_empty() { &mut core } else { &mut apis };
+        if !list.iter().any(|x: &ApiGroupDiscovery| x.name() == g) {
+            list.push(ApiGroupDiscovery {
+                metadata: ObjectMeta { name: g.to_owned() },
+                versions: vec![],
+            });
+        }
+        let group = list.iter_mut().find(|x| x.name() == g).unwrap();
+        if !group.versions.iter().any(|x| x.version == v) {
+            group.versions.push(ApiVersionDiscovery {
+                freshness: None,
+                resources: vec![],
+                version: v.to_owned(),
+            });
+        }
+        let version = group.versions.iter_mut().find(|x| x.version == v).unwrap();
+        version.resources.push(ApiResourceDiscovery {
+            categories: vec![],
+            resource: r.to_owned(),
+            response_kind: None,
+            scope: "Namespaced".to_owned(),
+            short_names: vec![],
+            singular_resource: String::new(),
+            subresources: vec![],
+            verbs: vec!["get".to_owned()],
+        });
+    }
+    Arc::new(ServerView::new(core, apis, None))
+}
+
+/// An upstream that is never connected to (no test here calls [`Cache::run`]).
+pub(crate) fn upstream(name: &str, url: &str) -> Upstream {
+    let settings = ClientSettings {
+        tls: None,
+        server_name: None,
+        connect_timeout: Duration::from_secs(1),
+        insecure_skip_verify: false,
+    };
+    Upstream::new(
+        name.into(),
+        url.parse().expect("test URL"),
+        &settings,
+        Duration::from_secs(1),
+    )
+    .expect("test upstream")
+}
+
+/// The request path of `apiserver-a` with `peers` (names; never fetched until a test
+/// records a result), the metrics in `registry`.
+pub(crate) struct Harness {
+    pub(crate) app: Arc<App>,
+    pub(crate) registry: Arc<Registry>,
+}
+
+impl Harness {
+    pub(crate) fn new(peers: &[&str], limits: Limits) -> Self {
+        let mut registry = Registry::default();
+        let metrics = Arc::new(Metrics::register(&mut registry));
+        let factory: UpstreamFactory = Box::new(|name: &ServerName, url: &http::Uri| {
+            Ok(upstream(name.as_str(), &url.to_string()))
+        });
+        let local = upstream("apiserver-a", "http://127.0.0.1:1");
+        let cache = Cache::new(
+            local.clone(),
+            factory,
+            RefreshSettings {
+                interval: Duration::from_secs(30),
+                max_document_bytes: 1 << 20,
+            },
+            metrics.clone(),
+        );
+        cache.set_peers(
+            peers
+                .iter()
+                .enumerate()
+                .map(|(i, name)| PeerSpec {
+                    name: (*name).into(),
+                    url: format!("http://127.0.0.{}:6443", i + 2)
+                        .parse()
+                        .expect("peer URL"),
+                    generation: String::new(),
+                })
+                .collect(),
+        );
+        let readiness = Arc::new(Readiness::new(
+            100,
+            metrics.clone(),
+            HeaderName::from_static("x-remote-user"),
+        ));
+        let app = Arc::new(App {
+            auth: Authenticator::new(None, None, HeaderNames::default()),
+            server_id: "apiserver-a".into(),
+            listen: "127.0.0.1:6443".parse().expect("addr"),
+            local,
+            cache,
+            metrics,
+            limits,
+            readiness,
+        });
+        Self {
+            app,
+            registry: Arc::new(registry),
+        }
+    }
+
+    /// Records a fetch of `server`: its view, or why it failed.
+    pub(crate) fn fetched(&self, server: &str, result: Result<Arc<ServerView>, &str>) {
+        self.app.cache.record_for_test(
+            &server.into(),
+            result
+                .map(|v| Arc::try_unwrap(v).expect("a view from `view`, not shared"))
+                .map_err(str::to_owned),
+        );
+    }
+
+    /// The admin endpoints over the same cache and metrics (plain, not delegated).
+    pub(crate) fn admin(&self) -> crate::admin::Admin {
+        crate::admin::Admin {
+            cache: self.app.cache.clone(),
+            registry: self.registry.clone(),
+            readiness: self.app.readiness.clone(),
+            delegated: None,
+        }
+    }
+
+    /// The metrics as a scrape reads them.
+    pub(crate) fn scrape(&self) -> String {
+        mvproxy_telemetry::metrics::encode(&self.registry, false)
+            .expect("encode")
+            .0
+    }
+}

@@ -1,0 +1,305 @@
+//! Objects: create, get, list and delete in kube-apiserver's shapes, and its errors.
+
+use super::*;
+
+#[tokio::test]
+async fn create_get_list_and_delete_have_kube_shapes() -> TestResult {
+    let server = start("crud").await?;
+    let pods = format!("{}/api/v1/namespaces/default/pods", server.url());
+
+    let created = post(
+        &pods,
+        &json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "a"}}),
+    )
+    .await?;
+    assert_eq!(created.status, StatusCode::CREATED);
+    let created = created.json()?;
+    let meta = &created["metadata"];
+    assert_eq!(meta["namespace"], "default");
+    assert_eq!(meta["uid"].as_str().map(str::len), Some(36));
+    let first_rv: u64 = meta["resourceVersion"].as_str().ok_or("rv")?.parse()?;
+    let timestamp = meta["creationTimestamp"].as_str().ok_or("timestamp")?;
+    assert_eq!(
+        (timestamp.len(), &timestamp[10..11], &timestamp[19..]),
+        (20, "T", "Z")
+    );
+
+    let duplicate = post(&pods, &json!({"metadata": {"name": "a"}})).await?;
+    assert_eq!(duplicate.status, StatusCode::CONFLICT);
+    assert_eq!(
+        duplicate.json()?,
+        json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+               "message": "pods \"a\" already exists", "reason": "AlreadyExists",
+               "details": {"name": "a", "kind": "pods"}, "code": 409})
+    );
+
+    let other = format!("{}/api/v1/namespaces/other/pods", server.url());
+    let second = post(&other, &json!({"metadata": {"generateName": "b-"}}))
+        .await?
+        .json()?;
+    let second_rv: u64 = second["metadata"]["resourceVersion"]
+        .as_str()
+        .ok_or("rv")?
+        .parse()?;
+    assert!(second_rv > first_rv);
+    assert!(
+        second["metadata"]["name"]
+            .as_str()
+            .is_some_and(|n| n.starts_with("b-") && n.len() == 7)
+    );
+
+    let got = get(&format!("{pods}/a"), "application/json")
+        .await?
+        .json()?;
+    assert_eq!(
+        (got["kind"].clone(), got["metadata"]["name"].clone()),
+        (json!("Pod"), json!("a"))
+    );
+
+    let all = get(&format!("{}/api/v1/pods", server.url()), "application/json")
+        .await?
+        .json()?;
+    assert_eq!(
+        (all["kind"].clone(), all["apiVersion"].clone()),
+        (json!("PodList"), json!("v1"))
+    );
+    assert_eq!(all["metadata"]["resourceVersion"], second_rv.to_string());
+    assert_eq!(names(&all).len(), 2);
+    assert!(all["items"].as_array().is_some_and(|i| {
+        i.iter()
+            .all(|o| o["kind"] == "Pod" && o["apiVersion"] == "v1")
+    }));
+    let default = get(&pods, "application/json").await?.json()?;
+    assert_eq!(names(&default), ["a"]);
+
+    let body = json!({"metadata": {"name": "a"}, "spec": {"nodeName": "n1"}}).to_string();
+    let headers = [("content-type", "application/json")];
+    let updated = send(Method::PUT, &format!("{pods}/a"), &headers, &body)
+        .await?
+        .json()?;
+    assert_eq!(updated["spec"]["nodeName"], "n1");
+    assert_eq!(updated["metadata"]["uid"], meta["uid"]);
+    assert_ne!(
+        updated["metadata"]["resourceVersion"],
+        meta["resourceVersion"]
+    );
+
+    let deleted = send(Method::DELETE, &format!("{pods}/a"), &[], "").await?;
+    assert_eq!(deleted.status, StatusCode::OK);
+    let gone = get(&format!("{pods}/a"), "application/json").await?;
+    assert_eq!(gone.status, StatusCode::NOT_FOUND);
+    assert_eq!(
+        gone.json()?,
+        json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+               "message": "pods \"a\" not found", "reason": "NotFound",
+               "details": {"name": "a", "kind": "pods"}, "code": 404})
+    );
+    server.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn not_found_shapes_depend_on_what_is_missing() -> TestResult {
+    let server = start("404").await?;
+    let url = server.url();
+
+    let missing = get(
+        &format!("{url}/apis/apps/v1/namespaces/default/deployments/web"),
+        "application/json",
+    )
+    .await?;
+    assert_eq!(
+        missing.json()?,
+        json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+               "message": "deployments.apps \"web\" not found", "reason": "NotFound",
+               "details": {"name": "web", "group": "apps", "kind": "deployments"}, "code": 404})
+    );
+
+    for path in [
+        "/apis/apps/v1/widgets",
+        "/api/v1/namespaces/default/widgets/x",
+        "/api/v1/namespaces/default/pods/x/nope",
+    ] {
+        let reply = get(&format!("{url}{path}"), "application/json").await?;
+        assert_eq!(reply.status, StatusCode::NOT_FOUND, "{path}");
+        assert_eq!(reply.content_type(), "application/json", "{path}");
+        assert_eq!(reply.body, NOT_SERVED, "{path}");
+    }
+
+    // 1.34 serves storagemigration v1alpha1, not the v1beta1 of 1.35.
+    let later = get(
+        &format!("{url}/apis/storagemigration.k8s.io/v1beta1/storageversionmigrations"),
+        "application/json",
+    )
+    .await?;
+    assert_eq!(
+        (later.status, later.body),
+        (StatusCode::NOT_FOUND, Bytes::from("404 page not found\n"))
+    );
+
+    for path in ["/healthz", "/readyz", "/livez"] {
+        let reply = get(&format!("{url}{path}"), "*/*").await?;
+        assert_eq!(
+            (reply.status, reply.body),
+            (StatusCode::OK, Bytes::from("ok"))
+        );
+    }
+    let version = get(&format!("{url}/version"), "application/json")
+        .await?
+        .json()?;
+    assert_eq!(
+        (version["major"].clone(), version["minor"].clone()),
+        (json!("1"), json!("34"))
+    );
+    server.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn objects_are_shared_across_versions_and_status_is_the_object() -> TestResult {
+    let server = start("versions").await?;
+    server.insert(
+        "autoscaling",
+        "v2",
+        "horizontalpodautoscalers",
+        Some("ns"),
+        json!({"metadata": {"name": "h"}}),
+    );
+    let v1 = get(
+        &format!(
+            "{}/apis/autoscaling/v1/namespaces/ns/horizontalpodautoscalers/h",
+            server.url()
+        ),
+        "application/json",
+    )
+    .await?
+    .json()?;
+    assert_eq!(v1["apiVersion"], "autoscaling/v1");
+    assert_eq!(v1["kind"], "HorizontalPodAutoscaler");
+
+    server.insert(
+        "",
+        "v1",
+        "pods",
+        None,
+        json!({"metadata": {"name": "p", "namespace": "web"}}),
+    );
+    let status = get(
+        &format!("{}/api/v1/namespaces/web/pods/p/status", server.url()),
+        "application/json",
+    )
+    .await?;
+    assert_eq!(status.status, StatusCode::OK);
+    assert_eq!(status.json()?["metadata"]["name"], "p");
+    server.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn bad_input_gets_status_answers_not_panics() -> TestResult {
+    let server = start("bad").await?;
+    let pods = format!("{}/api/v1/namespaces/default/pods", server.url());
+    let cases: &[(Method, &str, &str, &str, StatusCode)] = &[
+        (
+            Method::POST,
+            "",
+            "application/json",
+            "{",
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            Method::POST,
+            "",
+            "application/json",
+            "[1]",
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
+        (
+            Method::POST,
+            "",
+            "application/json",
+            "{\"metadata\":{}}",
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
+        (
+            Method::POST,
+            "",
+            "application/json",
+            "{\"metadata\":7}",
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
+        (
+            Method::POST,
+            "",
+            "application/json",
+            "{\"metadata\":{\"name\":\"x\",\"namespace\":\"other\"}}",
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            Method::POST,
+            "",
+            "application/yaml",
+            "metadata: {}",
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        ),
+        (
+            Method::POST,
+            "",
+            "application/vnd.kubernetes.protobuf",
+            "k8s\0\u{ff}",
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            Method::PATCH,
+            "/x",
+            "application/merge-patch+json",
+            "{}",
+            StatusCode::METHOD_NOT_ALLOWED,
+        ),
+        (
+            Method::PUT,
+            "/missing",
+            "application/json",
+            "{\"metadata\":{\"name\":\"missing\"}}",
+            StatusCode::NOT_FOUND,
+        ),
+        (
+            Method::PUT,
+            "/a",
+            "application/json",
+            "{\"metadata\":{\"name\":\"b\"}}",
+            StatusCode::BAD_REQUEST,
+        ),
+        (Method::GET, "/x/exec", "", "", StatusCode::BAD_REQUEST),
+        (
+            Method::GET,
+            "?watch=true&resourceVersion=%zz&timeoutSeconds=1",
+            "",
+            "",
+            StatusCode::OK,
+        ),
+    ];
+    for (method, suffix, content_type, body, want) in cases {
+        let headers = [("content-type", *content_type)];
+        let reply = send(method.clone(), &format!("{pods}{suffix}"), &headers, body).await?;
+        assert_eq!(reply.status, *want, "{method} {suffix} {body:?}");
+    }
+    let weird = [
+        "/api/v1/namespaces",
+        "/api/v1/namespaces/",
+        "//api//v1",
+        "/apis/apps/v1/namespaces/x",
+        "/%ff",
+        "/api/v1/nodes/n/status",
+    ];
+    for path in weird {
+        let reply = get(&format!("{}{path}", server.url()), "application/json").await?;
+        assert!(
+            reply.status.is_success() || reply.status.is_client_error(),
+            "{path}: {}",
+            reply.status
+        );
+    }
+    server.shutdown().await;
+    Ok(())
+}

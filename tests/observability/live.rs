@@ -1,0 +1,261 @@
+//! The one test here that starts anything: a two-release cluster under real traffic, scraped
+//! by mvproxy's metric names and by a real Prometheus whose answers fill the overview.
+
+use super::*;
+use crate::cluster::{Cluster, wait_discovery};
+
+/// Only 1.31 (apiserver-b) serves this GVR.
+const OLD_ONLY: &str = "/apis/resource.k8s.io/v1alpha3/namespaces/default/podschedulingcontexts";
+/// Only 1.34 (apiserver-a) serves this GVR.
+const NEW_ONLY: &str = "/apis/coordination.k8s.io/v1beta1/namespaces/default/leasecandidates";
+const V2: &str =
+    "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json";
+const NOPEER: &str =
+    "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList;profile=nopeer";
+
+/// Requests that exercise every route: local, peer, merged discovery, nopeer, a 404 from the
+/// local server, a non-resource path.
+async fn healthy_traffic(c: &Cluster) {
+    let a = c.proxy_a.url();
+    for (path, accept, want) in [
+        (
+            "/api/v1/namespaces/default/pods",
+            "application/json",
+            StatusCode::OK,
+        ),
+        (OLD_ONLY, "application/json", StatusCode::OK),
+        (NEW_ONLY, "application/json", StatusCode::OK),
+        ("/apis", V2, StatusCode::OK),
+        ("/apis", NOPEER, StatusCode::OK),
+        (
+            "/apis/example.com/v1/namespaces/default/widgets",
+            "application/json",
+            StatusCode::NOT_FOUND,
+        ),
+        ("/version", "application/json", StatusCode::OK),
+    ] {
+        let r = get(&format!("{a}{path}"), &[("accept", accept)])
+            .await
+            .unwrap_or_else(|e| panic!("{path}: {e}"));
+        assert_eq!(r.status, want, "{path}: {}", r.text());
+    }
+    // and the real client, across both proxies
+    let (ok, _, err) = Kubectl::new(&c.proxy_b.url())
+        .run(&["get", "pods", "-A"])
+        .await;
+    assert!(ok, "{err}");
+}
+
+#[tokio::test]
+async fn dashboards_and_rules_match_a_live_scrape_and_real_prometheus_answers_the_overview() {
+    let c = Cluster::start().await;
+    let targets = vec![c.proxy_a.admin.to_string(), c.proxy_b.admin.to_string()];
+    let prom = Prometheus::start(&targets, &[repo().join("deploy/prometheus/rules.yml")]).await;
+    for _ in 0..3 {
+        healthy_traffic(&c).await;
+        tokio::time::sleep(Duration::from_millis(700)).await;
+    }
+    let scrape_b = get(&format!("{}/metrics", c.proxy_b.admin_url()), &[])
+        .await
+        .expect("scrape b")
+        .text();
+
+    // Peer down: proxy b is gone, so what only b serves gets a 503 from a, and a's fetches
+    // of b fail.
+    let Cluster {
+        a: _a,
+        b: _b,
+        proxy_a,
+        proxy_b,
+    } = c;
+    proxy_b.kill().await;
+    wait_discovery(&proxy_a, |servers| {
+        servers
+            .iter()
+            .any(|s| s["id"] == "apiserver-b" && s["up"] == false)
+    })
+    .await;
+    for _ in 0..3 {
+        let r = get(&format!("{}{OLD_ONLY}", proxy_a.url()), &[])
+            .await
+            .expect("503");
+        assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "{}", r.text());
+        let r = get(
+            &format!("{}/api/v1/namespaces/default/pods", proxy_a.url()),
+            &[],
+        )
+        .await
+        .expect("local");
+        assert_eq!(r.status, StatusCode::OK);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let scrape_a = get(&format!("{}/metrics", proxy_a.admin_url()), &[])
+        .await
+        .expect("scrape a");
+    assert!(
+        scrape_a
+            .header("content-type")
+            .starts_with("text/plain; version=0.0.4"),
+        "{scrape_a:?}"
+    );
+    let scrape_a = scrape_a.text();
+
+    // promtool lints the live classic-text exposition.
+    let (ok, out) = promtool(&repo(), &["check", "metrics"], Some(&scrape_a)).await;
+    assert!(ok, "promtool check metrics:\n{out}\n{scrape_a}");
+
+    // Every mvproxy metric a dashboard or rule names is in the scrape, with the labels the
+    // selectors match on; recording-rule names are defined by the rules.
+    let mut samples = scrape_samples(&scrape_a);
+    for (name, labels) in scrape_samples(&scrape_b) {
+        samples.entry(name).or_default().extend(labels);
+    }
+    for f in CONTRACT_FAMILIES {
+        assert!(
+            samples.keys().any(|k| k == f
+                || k.strip_prefix(f)
+                    .is_some_and(|rest| ["_bucket", "_sum", "_count"].contains(&rest))),
+            "family {f} is not in the scrape"
+        );
+    }
+    let recorded = recorded_names();
+    let target_labels = ["job", "instance"];
+    let mut checked = 0;
+    for e in all_exprs() {
+        for sel in refs(&e.expr).selectors {
+            if sel.metric.starts_with("traces_") {
+                continue; // the collector's, checked against its config
+            }
+            if sel.metric.contains(':') {
+                assert!(
+                    recorded.contains(&sel.metric),
+                    "{}: {} is not a recording rule",
+                    e.origin,
+                    sel.metric
+                );
+                continue;
+            }
+            assert!(
+                sel.metric.starts_with("mvproxy_"),
+                "{}: unexpected metric {}",
+                e.origin,
+                sel.metric
+            );
+            let labels = samples.get(&sel.metric).unwrap_or_else(|| {
+                panic!(
+                    "{}: {} is not in a live scrape of mvproxy",
+                    e.origin, sel.metric
+                )
+            });
+            for l in &sel.labels {
+                assert!(
+                    labels.contains(l) || target_labels.contains(&l.as_str()),
+                    "{}: {} has no label {l} ({labels:?})",
+                    e.origin,
+                    sel.metric
+                );
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked >= 40, "only {checked} mvproxy selectors checked");
+    for v in dashboard("dashboards/mixed-version-overview.json")["templating"]["list"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        if v["type"] == "query" {
+            let (r, label) = label_values(v["query"]["query"].as_str().unwrap_or_default())
+                .expect("label_values");
+            let metric = &r.selectors[0].metric;
+            let labels = &samples[metric];
+            assert!(
+                labels.contains(&label) || target_labels.contains(&label.as_str()),
+                "variable {}: {metric} has no {label}",
+                v["name"]
+            );
+        }
+    }
+
+    // A real Prometheus scraped both proxies and evaluated the rules: each overview query
+    // (variables at "All") returns data, with the labels its legend shows.
+    let overview: Vec<Expr> = dashboard_exprs()
+        .into_iter()
+        .filter(|e| {
+            e.origin
+                .starts_with("dashboards/mixed-version-overview.json panel")
+        })
+        .collect();
+    assert!(overview.len() >= 20, "{}", overview.len());
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(40);
+    let mut pending: Vec<Expr> = overview;
+    while !pending.is_empty() {
+        let mut still = Vec::new();
+        for e in pending {
+            let q = substitute_grafana(&e.expr, ".*");
+            let result = prom.query(&q).await;
+            if result.is_empty() {
+                still.push(e);
+                continue;
+            }
+            for l in legend_labels(&e.legend) {
+                assert!(
+                    result.iter().any(|r| r["metric"][&l].is_string()),
+                    "{}: legend label {l} is in no series of {result:?}",
+                    e.origin
+                );
+            }
+        }
+        pending = still;
+        if !pending.is_empty() {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no data from Prometheus for:\n{}\nlog: {}",
+                pending
+                    .iter()
+                    .map(|e| format!("{}: {}", e.origin, e.expr))
+                    .collect::<Vec<_>>()
+                    .join("\n"),
+                prom.log()
+            );
+            // keep traffic flowing while Prometheus catches up
+            let _ = get(&format!("{}{OLD_ONLY}", proxy_a.url()), &[]).await;
+            let _ = get(&format!("{}{NEW_ONLY}", proxy_a.url()), &[]).await;
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+    // The rules evaluate without errors against the real series, and the peer-down alert is
+    // on its way (pending: `for: 2m`) for exactly the peer that went down.
+    let rules = prom.api("rules", &[]).await;
+    for g in rules["groups"].as_array().into_iter().flatten() {
+        for r in g["rules"].as_array().into_iter().flatten() {
+            assert_eq!(r["health"], "ok", "rule {}: {}", r["name"], r["lastError"]);
+        }
+    }
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        let alerts = prom.api("alerts", &[]).await;
+        let peer_down: Vec<&Value> = alerts["alerts"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|a| a["labels"]["alertname"] == "MvproxyPeerDown")
+            .collect();
+        if !peer_down.is_empty() {
+            assert!(
+                peer_down
+                    .iter()
+                    .all(|a| a["labels"]["peer"] == "apiserver-b" && a["state"] == "pending"),
+                "{peer_down:?}"
+            );
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "MvproxyPeerDown never became pending: {alerts}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    drop(prom);
+    proxy_a.kill().await;
+}
