@@ -39,6 +39,7 @@ printf '%-14s %-58s %-5s %s\n' part check result detail
 awk -F'\t' '{printf "%-14s %-58s %-5s %s\n", $1, $2, $3, $4}' "$CONFORMANCE_RESULTS"
 pass=$(awk -F'\t' '$3 == "PASS"' "$CONFORMANCE_RESULTS" | wc -l)
 fail=$(awk -F'\t' '$3 == "FAIL"' "$CONFORMANCE_RESULTS" | wc -l)
+skip=$(awk -F'\t' '$3 == "SKIP"' "$CONFORMANCE_RESULTS" | wc -l)
 echo
-echo "$pass passed, $fail failed; parts that did not finish: ${failed_parts[*]:-none}; reports in $CONFORMANCE_OUT"
+echo "$pass passed, $fail failed, $skip skipped; parts that did not finish: ${failed_parts[*]:-none}; reports in $CONFORMANCE_OUT"
 [ "$fail" -eq 0 ] && [ ${#failed_parts[@]} -eq 0 ]

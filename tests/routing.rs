@@ -440,3 +440,76 @@ async fn request_bodies_and_credentials_reach_the_peer_as_sent() {
         .unwrap();
     assert_eq!(r.status, StatusCode::OK);
 }
+
+/// What the client of a watch across the peer hop reads after the peer's proxy is killed
+/// between two events: `None` for a clean end of stream, `Some(error)` for a reset.
+async fn watch_end_after_the_peer_dies(http2: bool) -> Option<String> {
+    use http_body_util::BodyExt;
+    use integration::conn::{H1, H2, req};
+
+    let Cluster {
+        a: _a,
+        b,
+        proxy_a,
+        proxy_b,
+    } = Cluster::start_processes().await; // killed below: a process that dies
+    let watch = req(
+        Method::GET,
+        &format!("{OLD_ONLY}?watch=true"),
+        &[],
+        bytes::Bytes::new(),
+    );
+    let (resp, _keep) = if http2 {
+        let mut h2 = H2::plain(proxy_a.listen).await;
+        h2.sender.ready().await.expect("h2 ready");
+        let resp = tokio::time::timeout(PATIENCE, h2.sender.send_request(watch))
+            .await
+            .expect("watch headers in time")
+            .expect("watch opened");
+        (resp, (Some(h2), None))
+    } else {
+        let mut h1 = H1::plain(proxy_a.listen).await;
+        (h1.open(watch).await, (None, Some(h1)))
+    };
+    assert_eq!(resp.status(), StatusCode::OK);
+    let mut body = resp.into_body();
+    b.insert(
+        "resource.k8s.io",
+        "v1alpha3",
+        "podschedulingcontexts",
+        Some("default"),
+        object("resource.k8s.io/v1alpha3", "PodSchedulingContext", "w-1"),
+    );
+    let event = crate::limits::next_event(&mut body).await;
+    assert_eq!(event["object"]["metadata"]["name"], "w-1", "{event}");
+    // the peer's proxy goes away between two events: proxy A's upstream stream breaks
+    proxy_b.kill().await;
+    let end = tokio::time::timeout(PATIENCE, async {
+        loop {
+            match body.frame().await {
+                None => return None,
+                Some(Err(e)) => return Some(e.to_string()),
+                // HTTP/2 may end the stream with an empty DATA frame
+                Some(Ok(frame)) if frame.data_ref().is_some_and(|d| d.is_empty()) => {}
+                Some(Ok(frame)) => panic!("no more events were sent, got {frame:?}"),
+            }
+        }
+    })
+    .await
+    .expect("the watch ends when its upstream breaks: no hang");
+    drop(proxy_a);
+    end
+}
+
+/// A watch whose upstream breaks between two events ends as a server timeout ends it, so
+/// client-go resumes from its last resourceVersion; a reset (HTTP/2 `RST_STREAM`, a chunked
+/// body cut short) is reported as an `ERROR` event by client-go and printed by kubectl.
+#[tokio::test]
+async fn a_watch_across_the_peer_hop_ends_cleanly_when_the_peer_dies_over_http2() {
+    assert_eq!(watch_end_after_the_peer_dies(true).await, None);
+}
+
+#[tokio::test]
+async fn a_watch_across_the_peer_hop_ends_cleanly_when_the_peer_dies_over_http1() {
+    assert_eq!(watch_end_after_the_peer_dies(false).await, None);
+}

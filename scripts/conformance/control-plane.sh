@@ -4,19 +4,24 @@
 # (scripts/control-plane/), each mvproxy the other's peer, over TLS with the real certificates.
 #
 # Control plane 1 (upstream's Mixed Version Proxy off, so whatever crosses releases is mvproxy's
-# doing): node A = 1.35.4 on 127.0.0.2:6443, node B = 1.36.3 on 127.0.0.3:6443, mvproxy A' on
-# 127.0.0.2:7443 and B' on 127.0.0.3:7443 (static peers, front-proxy identity).
+# doing): node A = 1.35.4 on 192.0.2.2:6443, node B = 1.36.3 on 192.0.2.3:6443, mvproxy A' on
+# 127.0.0.2:7443 and B' on 127.0.0.3:7443 (static peers, front-proxy identity), all in a
+# network namespace of the part's own.
 #   kubectl api-resources (installed kubectl and an older release) through either proxy;
 #   create/get/list/watch/delete of a resource only the other release serves; a watch across
 #   the peer hop; front-proxy identity with RBAC (also across the hop, spoofing refused);
-#   --peer-source endpointslices; which clients used GVRs of the skew (/debug/clients and
-#   mvproxy_skew_requests_total); then the rolling upgrade 1.35 -> 1.36 under load via A', B'.
+#   watches across a restart of A', of B' and of the API server B, no event lost (issue 13
+#   §5); --peer-source endpointslices and leases; which clients used GVRs of the skew
+#   (/debug/clients and mvproxy_skew_requests_total); admin endpoints over TLS delegated to the
+#   real TokenReview and SubjectAccessReview (issue 13 §2); then the rolling upgrade
+#   1.35 -> 1.36 under load via A', B'.
 # Control plane 2 (upstream's Mixed Version Proxy on in both): the same rolling upgrade straight
 # to the API servers; halfway (A = 1.36, B = 1.35) --peer-source leases and mvproxy's merged
 # /apis against the 1.36 server's own peer-aggregated /apis.
 #
 # Reports in $CONFORMANCE_OUT/control-plane/: skew.txt, upgrade.md (the per-phase tables),
-# apis-diff.txt, memory.txt. Everything runs on loopback; every process is stopped by PID.
+# apis-diff.txt, memory.txt. Everything runs in the part's own network namespace (see below);
+# every process is stopped by PID.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
@@ -25,6 +30,22 @@ root="$(cd "$here/../.." && pwd)"
 out="${CONFORMANCE_OUT:-$root/target/conformance}/control-plane"
 mkdir -p "$out"
 [ "$(id -u)" -eq 0 ] || { record "runs as root" FAIL "a UTS namespace per API server needs root"; exit 1; }
+
+# The part runs in a network namespace of its own (unshare --net). There the API servers
+# listen on TEST-NET-1 addresses (192.0.2.2, .3: RFC 5737, documentation only) put on the
+# namespace's own loopback device: kube-apiserver refuses 127.0.0.0/8 in the default/kubernetes
+# endpoints it writes, and accepts these, so --peer-source endpointslices meets the real slice.
+# Nothing can leave the machine (the namespace has no other device) or collide with anything
+# outside it. What may need the network (cargo, the Go builds) runs first, outside.
+if [ -z "${CONFORMANCE_NETNS:-}" ]; then
+  echo "building mvproxy (release) ..." >&2
+  (cd "$root" && nice -n 10 cargo build --release --locked -p mvproxy -q)
+  "$root/scripts/control-plane/build.sh" >/dev/null
+  exec unshare --net -- env CONFORMANCE_NETNS=1 "$0" "$@"
+fi
+ip link set lo up
+ip addr add 192.0.2.2/32 dev lo
+ip addr add 192.0.2.3/32 dev lo
 
 CP_DIR=$(mktemp -d /tmp/mvproxy-conformance.XXXXXX)
 export CP_DIR
@@ -43,15 +64,15 @@ trap 'exit 130' INT TERM
 PHASE_SECONDS=${PHASE_SECONDS:-15}
 LOAD_RATE=${LOAD_RATE:-40}
 OLD=1.35.4 NEW=1.36.3
-A_IP=127.0.0.2 B_IP=127.0.0.3
+# API servers A and B; mvproxy A' and B' (on loopback: their admin listeners are plain HTTP).
+A_IP=192.0.2.2 B_IP=192.0.2.3
+MA_IP=127.0.0.2 MB_IP=127.0.0.3
 V2='application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList'
 pki="$CP_DIR/pki"
 kubectl_new=$(command -v kubectl)
 kubectl_old="$(dirname "$(readlink -f "$kubectl_new")")/kubectl.1.30"
 [ -x "$kubectl_old" ] || kubectl_old=$(command -v kubectl.1.30 || true)
 
-echo "building mvproxy (release) ..." >&2
-(cd "$root" && nice -n 10 cargo build --release --locked -p mvproxy -q)
 MVPROXY="$root/target/release/mvproxy"
 
 cp_init
@@ -69,7 +90,7 @@ mvp_start() {
     --proxy-client-cert-file "$pki/front-proxy-client.crt" --proxy-client-key-file "$pki/front-proxy-client.key" \
     --identity front-proxy --client-ca-file "$pki/ca.crt" \
     --requestheader-client-ca-file "$pki/front-proxy-ca.crt" --requestheader-allowed-names front-proxy-client \
-    --refresh-interval-seconds 5 "$@" >"$CP_DIR/logs/$name.log" 2>&1 &
+    --refresh-interval-seconds 5 "$@" >>"$CP_DIR/logs/$name.log" 2>&1 &
   _cp_record "$name" $!
 }
 mvp_ready() { # IP [PORT]
@@ -90,6 +111,13 @@ kc() { # KUBECTL KUBECONFIG args...
   local bin=$1 cfg=$2
   shift 2
   "$bin" --kubeconfig "$cfg" --cache-dir "$CP_DIR/kcache.$RANDOM" --request-timeout 20s "$@"
+}
+# kw KUBECTL KUBECONFIG args... &: as kc, for a watch in the background (no client-side request
+# timeout). It execs kubectl, so that $! is kubectl's own PID; never call it in the foreground.
+kw() {
+  local bin=$1 cfg=$2
+  shift 2
+  exec "$bin" --kubeconfig "$cfg" --cache-dir "$CP_DIR/kcache.$RANDOM" "$@"
 }
 user_kubeconfig() { # FILE SERVER USER
   cp_kubeconfig "$1" "$2"
@@ -142,16 +170,16 @@ comm -13 "$out/gvrs-$OLD.txt" "$out/gvrs-$NEW.txt" >"$out/only-$NEW.txt"
 check "releases differ (skew visible)" "only $OLD: $(wc -l <"$out/only-$OLD.txt") GVRs, only $NEW: $(wc -l <"$out/only-$NEW.txt") GVRs (skew.txt)" \
   test -s "$out/only-$NEW.txt"
 
-mvp_start mvproxy-a "$A_IP" "$A_IP" --server-id apiserver-a --peer "apiserver-b=https://$B_IP:7443"
-mvp_start mvproxy-b "$B_IP" "$B_IP" --server-id apiserver-b --peer "apiserver-a=https://$A_IP:7443"
-check "mvproxy A' and B' ready" "in front of $OLD and $NEW" mvp_ready "$A_IP"
-mvp_ready "$B_IP" || record "mvproxy B' ready" FAIL "see logs/mvproxy-b.log"
+mvp_start mvproxy-a "$MA_IP" "$A_IP" --server-id apiserver-a --peer "apiserver-b=https://$MB_IP:7443"
+mvp_start mvproxy-b "$MB_IP" "$B_IP" --server-id apiserver-b --peer "apiserver-a=https://$MA_IP:7443"
+check "mvproxy A' and B' ready" "in front of $OLD and $NEW" mvp_ready "$MA_IP"
+mvp_ready "$MB_IP" || record "mvproxy B' ready" FAIL "see logs/mvproxy-b.log"
 
-for n in direct-a:$A_IP:$CP_PORT direct-b:$B_IP:$CP_PORT via-a:$A_IP:7443 via-b:$B_IP:7443; do
+for n in direct-a:$A_IP:$CP_PORT direct-b:$B_IP:$CP_PORT via-a:$MA_IP:7443 via-b:$MB_IP:7443; do
   IFS=: read -r name ip port <<<"$n"
   cp_kubeconfig "$CP_DIR/$name.kc" "https://$ip:$port"
 done
-user_kubeconfig "$CP_DIR/alice-via-a.kc" "https://$A_IP:7443" user
+user_kubeconfig "$CP_DIR/alice-via-a.kc" "https://$MA_IP:7443" user
 
 # ---- kubectl api-resources: the union of both releases through either proxy -----------------
 
@@ -170,6 +198,7 @@ done
 
 WL_NEW=workloads.v1alpha2.scheduling.k8s.io
 WL_OLD=workloads.v1alpha1.scheduling.k8s.io
+WLN=/apis/scheduling.k8s.io/v1alpha2/namespaces/default/workloads
 grep -qx scheduling.k8s.io/v1alpha2/workloads "$out/only-$NEW.txt" || record "skew resource" FAIL "scheduling.k8s.io/v1alpha2/workloads is not $NEW-only any more; pick another"
 wl_new() { # NAME
   printf '{"apiVersion":"scheduling.k8s.io/v1alpha2","kind":"Workload","metadata":{"name":"%s","namespace":"default"},"spec":{"podGroupTemplates":[{"name":"g","schedulingPolicy":{"basic":{}}}]}}' "$1"
@@ -188,15 +217,12 @@ crud() { # KUBECONFIG RESOURCE MANIFEST_FN NAME OWNER_IP OWNER_PATH
 }
 check "create/get/list/delete $NEW-only workloads (v1alpha2) via mvproxy A ($OLD)" "object read back straight from B ($NEW)" \
   crud "$CP_DIR/via-a.kc" "$WL_NEW" wl_new cp-new-1 "$B_IP" /apis/scheduling.k8s.io/v1alpha2/namespaces/default/workloads
-if grep -qx scheduling.k8s.io/v1alpha1/workloads "$out/only-$OLD.txt"; then
-  check "create/get/list/delete $OLD-only workloads (v1alpha1) via mvproxy B ($NEW)" "object read back straight from A ($OLD)" \
-    crud "$CP_DIR/via-b.kc" "$WL_OLD" wl_old cp-old-1 "$A_IP" /apis/scheduling.k8s.io/v1alpha1/namespaces/default/workloads
-fi
+kc "$kubectl_new" "$CP_DIR/direct-b.kc" delete "$WL_NEW" cp-new-1 -n default --ignore-not-found >/dev/null 2>&1 || true
 
 # A watch through mvproxy A, across the peer hop to B: events as they happen.
 watch_hop() {
   local log="$CP_DIR/watch.out" wpid i t1 ok=1
-  kc "$kubectl_new" "$CP_DIR/via-a.kc" get "$WL_NEW" -n default --watch-only --output-watch-events >"$log" 2>&1 &
+  kw "$kubectl_new" "$CP_DIR/via-a.kc" get "$WL_NEW" -n default --watch-only --output-watch-events >"$log" 2>&1 &
   wpid=$!
   # kubectl lists (for the resourceVersion) before it watches: an object created before that
   # list is not an event. Give it time to be watching, even on a loaded machine.
@@ -213,6 +239,135 @@ watch_hop() {
 WATCH_MS=?
 check "watch via mvproxy A across the peer hop" "ADDED then DELETED of an object created straight on B, each within 10 s" watch_hop
 record "watch latency (measured)" PASS "ADDED seen ${WATCH_MS} ms after kubectl create returned"
+
+# ---- no watch event lost across a restart (issue 13 §5) -------------------------------------
+# kubectl get -w through mvproxy while a component on the watch's path restarts: the peer's
+# mvproxy B' (watch across the hop), the API server B serving it, and the client's own
+# mvproxy A' (a locally served watch). kubectl must see the stream end (exit, not hang); the
+# client then resumes from the last resourceVersion it saw (kubectl get --raw ...watch=1&
+# resourceVersion=RV), or, answered 410 Expired (a restarted API server's watch cache starts
+# at its own list), relists and watches from the list's resourceVersion, as client-go's
+# reflector does. What it collected must equal the writes made over the interval (their
+# names and resourceVersions from the create responses), while down included: each once,
+# none missing, nothing else.
+rw_manifest() { # KIND NAME LABEL
+  case $1 in
+    workload) wl_new "$2" | jq -c --arg l "$3" '.metadata.labels = {rw: $l}' ;;
+    configmap) jq -nc --arg n "$2" --arg l "$3" '{apiVersion: "v1", kind: "ConfigMap", metadata: {name: $n, namespace: "default", labels: {rw: $l}}, data: {k: $n}}' ;;
+  esac
+}
+rw_write() { # KIND NAME LABEL KUBECONFIG: creates it, appends "NAME RV" to the history
+  local rv
+  rv=$(rw_manifest "$1" "$2" "$3" | kc "$kubectl_new" "$4" create -f - -o jsonpath='{.metadata.resourceVersion}') &&
+    echo "$2 $rv" >>"$RW_DIR/history"
+}
+rw_events() { # FILE: "TYPE NAME RV" per event of a watch stream (kubectl -o json or raw lines)
+  jq -r 'select(.type != null) | "\(.type) \(.object.metadata.name // .object.message) \(.object.metadata.resourceVersion // .object.code)"' "$1" 2>/dev/null || true
+}
+rw_seen() { rw_events "$1" | grep -q "^ADDED $2 "; } # FILE NAME
+# restart_watch LABEL KIND PATH VIA_KC WRITER_KC STOP_FN START_FN WRITE_WHILE_DOWN(0|1)
+restart_watch() {
+  local label=$1 kind=$2 path=$3 via=$4 writer=$5 stop_fn=$6 start_fn=$7 while_down=$8
+  local res sel wpid t0 rv code i relist=""
+  res=$([ "$kind" = workload ] && echo "$WL_NEW" || echo configmaps)
+  sel="labelSelector=rw%3D$label"
+  RW_DIR="$CP_DIR/rw-$label"
+  mkdir -p "$RW_DIR"
+  : >"$RW_DIR/history"
+  RW_DETAIL="setup failed"
+  kw "$kubectl_new" "$via" get "$res" -n default -l "rw=$label" -w --output-watch-events -o json >"$RW_DIR/seg1" 2>"$RW_DIR/seg1.err" &
+  wpid=$!
+  rw_write "$kind" "$label-1" "$label" "$writer" && wait_for 20 rw_seen "$RW_DIR/seg1" "$label-1" &&
+    rw_write "$kind" "$label-2" "$label" "$writer" && wait_for 20 rw_seen "$RW_DIR/seg1" "$label-2" ||
+    { kill "$wpid" 2>/dev/null; RW_DETAIL="events before the restart not seen (rw-$label/)"; return 1; }
+  t0=$(date +%s%N)
+  $stop_fn
+  # The stream must end: kubectl exits once its watch does.
+  wait_for 30 sh -c "! kill -0 $wpid" || { kill "$wpid" 2>/dev/null; RW_DETAIL="kubectl get -w still hanging 30 s after the stop"; return 1; }
+  RW_END_MS=$(( ($(date +%s%N) - t0) / 1000000 ))
+  wait "$wpid" 2>/dev/null || true
+  # A clean end: no ERROR event (client-go reports a reset stream as one).
+  if rw_events "$RW_DIR/seg1" | grep -q '^ERROR'; then
+    RW_DETAIL="the stream did not end cleanly: $(jq -r 'select(.type == "ERROR") | .object.message' "$RW_DIR/seg1" | head -1)"
+    return 1
+  fi
+  if [ "$while_down" = 1 ]; then
+    rw_write "$kind" "$label-3" "$label" "$writer" && rw_write "$kind" "$label-4" "$label" "$writer" || { RW_DETAIL="write while down failed"; return 1; }
+  fi
+  $start_fn || { RW_DETAIL="restart failed"; return 1; }
+  [ "$while_down" = 1 ] || { rw_write "$kind" "$label-3" "$label" "$writer" && rw_write "$kind" "$label-4" "$label" "$writer"; } ||
+    { RW_DETAIL="write after the restart failed"; return 1; }
+  # The route answers again (a peer that was down is up once the next refresh has seen it).
+  wait_for 60 kc "$kubectl_new" "$via" get --raw "$path?$sel&limit=1" || { RW_DETAIL="no answer through mvproxy after the restart"; return 1; }
+  rv=$(rw_events "$RW_DIR/seg1" | grep -v '^ERROR' | tail -1 | cut -d' ' -f3)
+  kw "$kubectl_new" "$via" get --raw "$path?$sel&watch=1&resourceVersion=$rv" >"$RW_DIR/seg2" 2>"$RW_DIR/seg2.err" &
+  wpid=$!
+  if wait_for 20 sh -c "grep -q . '$RW_DIR/seg2'" && rw_events "$RW_DIR/seg2" | head -1 | grep -q '^ERROR .* 410$'; then
+    # 410 Expired: relist, then watch from the list's resourceVersion.
+    kill "$wpid" 2>/dev/null; wait "$wpid" 2>/dev/null || true
+    relist=1
+    kc "$kubectl_new" "$via" get --raw "$path?$sel" >"$RW_DIR/list" || { RW_DETAIL="relist failed"; return 1; }
+    rv=$(jq -r .metadata.resourceVersion "$RW_DIR/list")
+    kw "$kubectl_new" "$via" get --raw "$path?$sel&watch=1&resourceVersion=$rv" >"$RW_DIR/seg2" 2>"$RW_DIR/seg2.err" &
+    wpid=$!
+  fi
+  rw_write "$kind" "$label-5" "$label" "$writer" && wait_for 20 rw_seen "$RW_DIR/seg2" "$label-5" ||
+    { kill "$wpid" 2>/dev/null; RW_DETAIL="event after the resume not seen (rw-$label/)"; return 1; }
+  kill "$wpid" 2>/dev/null; wait "$wpid" 2>/dev/null || true
+  # Collected: the events of both watches (and the relisted objects), as "NAME RV".
+  {
+    rw_events "$RW_DIR/seg1" | awk '{print $2, $3}' >"$RW_DIR/events"
+    [ -z "$relist" ] || jq -r '.items[] | "\(.metadata.name) \(.metadata.resourceVersion)"' "$RW_DIR/list" >"$RW_DIR/relisted"
+    rw_events "$RW_DIR/seg2" | awk '{print $2, $3}' >>"$RW_DIR/events"
+  }
+  local d
+  if [ -z "$relist" ]; then
+    # Every event once: the two watches' events are the history exactly.
+    d=$(diff <(sort "$RW_DIR/history") <(sort "$RW_DIR/events") | grep '^[<>]' | tr '\n' ' ' || true)
+    RW_DETAIL="stream ended $RW_END_MS ms after the stop; resumed from resourceVersion, 5 writes (2 while down), $(wc -l <"$RW_DIR/events") events${d:+; differs (< history, > collected): $d}"
+  else
+    # Events never repeat; with the relisted objects they make up the history.
+    d=$( { sort "$RW_DIR/events" | uniq -d | sed 's/^/duplicate /'; diff <(sort "$RW_DIR/history") <(sort -u "$RW_DIR/events" "$RW_DIR/relisted") | grep '^[<>]'; } | tr '\n' ' ' || true)
+    RW_DETAIL="stream ended $RW_END_MS ms after the stop; resume answered 410 Expired, relisted $(wc -l <"$RW_DIR/relisted") objects, 5 writes, $(wc -l <"$RW_DIR/events") events${d:+; differs: $d}"
+  fi
+  [ -z "$d" ]
+}
+rw_check() { # NAME ARGS...: records RW_DETAIL
+  local name=$1
+  shift
+  if restart_watch "$@"; then record "$name" PASS "$RW_DETAIL"; else record "$name" FAIL "$RW_DETAIL"; fi
+  # Gone again: a workload left in etcd breaks the other release's lists of workloads (above).
+  kc "$kubectl_new" "$5" delete "$([ "$2" = workload ] && echo "$WL_NEW" || echo configmaps)" -n default -l "rw=$1" >/dev/null 2>&1 || true
+}
+start_mvproxy_a() { mvp_start mvproxy-a "$MA_IP" "$A_IP" --server-id apiserver-a --peer "apiserver-b=https://$MB_IP:7443" && mvp_ready "$MA_IP"; }
+start_mvproxy_b() { mvp_start mvproxy-b "$MB_IP" "$B_IP" --server-id apiserver-b --peer "apiserver-a=https://$MA_IP:7443" && mvp_ready "$MB_IP"; }
+stop_mvproxy_a() { cp_stop mvproxy-a; }
+stop_mvproxy_b() { cp_stop mvproxy-b; }
+stop_apiserver_b() { cp_stop apiserver-b; }
+start_apiserver_b() { cp_start_apiserver apiserver-b "$NEW" "$B_IP" && cp_wait_ready apiserver-b "$B_IP" 180; }
+CM=/api/v1/namespaces/default/configmaps
+rw_check "local watch survives a restart of the client's mvproxy A'" \
+  rw-local-mvp configmap "$CM" "$CP_DIR/via-a.kc" "$CP_DIR/direct-a.kc" stop_mvproxy_a start_mvproxy_a 1
+rw_check "watch across the hop survives a restart of the peer's mvproxy B'" \
+  rw-peer-mvp workload "$WLN" "$CP_DIR/via-a.kc" "$CP_DIR/direct-b.kc" stop_mvproxy_b start_mvproxy_b 1
+rw_check "watch across the hop survives a restart of the API server B serving it" \
+  rw-peer-api workload "$WLN" "$CP_DIR/via-a.kc" "$CP_DIR/direct-b.kc" stop_apiserver_b start_apiserver_b 0
+
+# The $OLD-only v1alpha1 workloads come last of the workload checks: an object A ($OLD) stores
+# as v1alpha1 cannot be decoded by B ($NEW, no v1alpha1 in its scheme), and B's watch cache for
+# workloads stalls on it: no watch event of any version reaches a watcher of B, straight or
+# through mvproxy, until the cache gives up and reinitializes (seen live: ~30 s of 'failed to
+# prepare current and previous objects: no kind "Workload" is registered for version
+# "scheduling.k8s.io/v1alpha1"', then 'Terminating all watchers from cacher workloads'); lists
+# wait 3 s for the stale cache. The watch checks above must not run in that window. And while
+# such an object exists, the other release's lists of workloads fail (500 StorageReadError,
+# "failed to read one or more workloads.scheduling.k8s.io from the storage"), so every check
+# deletes what it created.
+if grep -qx scheduling.k8s.io/v1alpha1/workloads "$out/only-$OLD.txt"; then
+  check "create/get/list/delete $OLD-only workloads (v1alpha1) via mvproxy B ($NEW)" "object read back straight from A ($OLD)" \
+    crud "$CP_DIR/via-b.kc" "$WL_OLD" wl_old cp-old-1 "$A_IP" /apis/scheduling.k8s.io/v1alpha1/namespaces/default/workloads
+  kc "$kubectl_new" "$CP_DIR/direct-a.kc" delete "$WL_OLD" cp-old-1 -n default --ignore-not-found >/dev/null 2>&1 || true
+fi
 
 # ---- upgrade readiness: which clients used what the skew takes away ----------------------------
 # The kubectl requests above, judged from each server's /version: on mvproxy A (in front of
@@ -236,10 +391,10 @@ readiness_check() { # NAME IP FIELD SIDE GVR
   if readiness_seen "$@"; then record "$name" PASS "$READINESS_DETAIL"; else record "$name" FAIL "$READINESS_DETAIL"; fi
 }
 readiness_check "readiness: kubectl's $NEW-only workloads via mvproxy A break on a rollback" \
-  "$A_IP" breaks_on_rollback new_only scheduling.k8s.io/v1alpha2/workloads
+  "$MA_IP" breaks_on_rollback new_only scheduling.k8s.io/v1alpha2/workloads
 if grep -qx scheduling.k8s.io/v1alpha1/workloads "$out/only-$OLD.txt"; then
   readiness_check "readiness: kubectl's $OLD-only workloads via mvproxy B break after the upgrade" \
-    "$B_IP" breaks_after_upgrade old_only scheduling.k8s.io/v1alpha1/workloads
+    "$MB_IP" breaks_after_upgrade old_only scheduling.k8s.io/v1alpha1/workloads
 fi
 
 # ---- front-proxy identity end to end, with RBAC ----------------------------------------------
@@ -257,7 +412,6 @@ roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: cp-testers-list
 subjects: [{apiGroup: rbac.authorization.k8s.io, kind: Group, name: mvproxy-testers}]
 YAML
 sleep 2
-WLN=/apis/scheduling.k8s.io/v1alpha2/namespaces/default/workloads
 code_and_user() { # expected-code expected-user-in-message curl-args...
   local want=$1 who=$2 body code
   shift 2
@@ -267,18 +421,18 @@ code_and_user() { # expected-code expected-user-in-message curl-args...
   [ -z "$who" ] || grep -q "User \\\\\"$who\\\\\"" <<<"$body" || { echo "no User \"$who\" in: $(head -c 300 <<<"$body")" >&2; return 1; }
 }
 check "alice (group mvproxy-testers) lists workloads via A, across the hop: 200" "RBAC grants the group list on workloads; A ($OLD) does not serve v1alpha2" \
-  code_and_user 200 "" as user "https://$A_IP:7443" "$WLN"
-check "alice lists workloads via B (local): 200" "" code_and_user 200 "" as user "https://$B_IP:7443" "$WLN"
+  code_and_user 200 "" as user "https://$MA_IP:7443" "$WLN"
+check "alice lists workloads via B (local): 200" "" code_and_user 200 "" as user "https://$MB_IP:7443" "$WLN"
 check "alice creates a workload via A, across the hop: 403 naming alice" "" \
-  code_and_user 403 alice as user "https://$A_IP:7443" "$WLN" -X POST -H 'Content-Type: application/json' --data "$(wl_new cp-denied)"
-check "alice lists configmaps via A (local): 403 naming alice" "" code_and_user 403 alice as user "https://$A_IP:7443" /api/v1/namespaces/default/configmaps
+  code_and_user 403 alice as user "https://$MA_IP:7443" "$WLN" -X POST -H 'Content-Type: application/json' --data "$(wl_new cp-denied)"
+check "alice lists configmaps via A (local): 403 naming alice" "" code_and_user 403 alice as user "https://$MA_IP:7443" /api/v1/namespaces/default/configmaps
 check "alice's own X-Remote-User/Group (admin, system:masters) are ignored" "403 still names alice" \
-  code_and_user 403 alice as user "https://$A_IP:7443" /api/v1/namespaces/default/configmaps -H 'X-Remote-User: kubernetes-admin' -H 'X-Remote-Group: system:masters'
+  code_and_user 403 alice as user "https://$MA_IP:7443" /api/v1/namespaces/default/configmaps -H 'X-Remote-User: kubernetes-admin' -H 'X-Remote-Group: system:masters'
 check "spoofed X-Remote-User across the hop is ignored" "workload create via A with admin headers: 403 naming alice" \
-  code_and_user 403 alice as user "https://$A_IP:7443" "$WLN" -X POST -H 'X-Remote-User: kubernetes-admin' -H 'X-Remote-Group: system:masters' -H 'Content-Type: application/json' --data "$(wl_new cp-denied)"
+  code_and_user 403 alice as user "https://$MA_IP:7443" "$WLN" -X POST -H 'X-Remote-User: kubernetes-admin' -H 'X-Remote-Group: system:masters' -H 'Content-Type: application/json' --data "$(wl_new cp-denied)"
 rogue() {
   local body
-  body=$(as rogue-proxy "https://$A_IP:7443" /api/v1/namespaces/default/configmaps -H 'X-Remote-User: kubernetes-admin' -H 'X-Remote-Group: system:masters' -w '\n%{http_code}') || return 0
+  body=$(as rogue-proxy "https://$MA_IP:7443" /api/v1/namespaces/default/configmaps -H 'X-Remote-User: kubernetes-admin' -H 'X-Remote-Group: system:masters' -w '\n%{http_code}') || return 0
   ! grep -q '^200$' <<<"$(tail -1 <<<"$body")" && ! grep -q kubernetes-admin <<<"$body"
 }
 check "a front-proxy-CA certificate with a CN not allowed cannot assert X-Remote-User" "not 200, not kubernetes-admin" rogue
@@ -286,40 +440,115 @@ check "a front-proxy-CA certificate with a CN not allowed cannot assert X-Remote
 # ---- peers from the cluster: --peer-source endpointslices -----------------------------------
 
 # kube-apiserver's endpoint reconciler writes default/kubernetes (Endpoints and EndpointSlice)
-# from each server's --advertise-address, and Endpoints validation refuses loopback addresses
-# ("may not be in the loopback range"; pkg/apis/core/validation in kubernetes/kubernetes), so
-# on this loopback-only control plane the slice never exists. The check runs wherever it does;
-# here it says so (peers_from_slices has hermetic tests over slices as the reconciler writes
-# them: proxy/core/src/peers.rs).
-eps_of_kubernetes=$("$kubectl_new" --kubeconfig "$CP_DIR/direct-a.kc" get endpointslices -n default \
-  -l kubernetes.io/service-name=kubernetes -o name 2>/dev/null || true)
-if [ -n "$eps_of_kubernetes" ]; then
-  MVP_PORT=7444 mvp_start mvproxy-a-eps "$A_IP" "$A_IP" --server-id apiserver-a --peer-source endpointslices --kubeconfig "$CP_DIR/direct-a.kc"
-  eps_check() {
-    mvp_ready "$A_IP" 7444 || return 1
-    # The peer set arrives from the EndpointSlice list after start; its discovery after that.
-    wait_for 30 sh -c "curl -s http://$A_IP:7544/debug/discovery | jq -e --arg u '$B_IP:$CP_PORT' '[.servers[] | select(.local | not) | select((.url | contains(\$u)) and .up)] | length == 1'" &&
-      [ "$(as admin "https://$A_IP:7444" "$WLN" -o /dev/null -w '%{http_code}')" = 200 ]
-  }
-  check "--peer-source endpointslices: peer $B_IP:$CP_PORT from default/kubernetes, v1alpha2 routed to it" "no --peer" eps_check
-  cp_stop mvproxy-a-eps
-else
-  record "--peer-source endpointslices: peer from default/kubernetes" SKIP \
-    "no default/kubernetes EndpointSlice: kube-apiserver refuses loopback endpoint addresses"
-fi
+# from each server's --advertise-address (192.0.2.2 and .3 here: it refuses loopback ones),
+# one endpoint per server. mvproxy in front of A, with no --peer, takes B from that slice.
+slice_lists_both() {
+  "$kubectl_new" --kubeconfig "$CP_DIR/direct-a.kc" get endpointslices -n default \
+    -l kubernetes.io/service-name=kubernetes -o json |
+    jq -e --arg a "$A_IP" --arg b "$B_IP" '[.items[].endpoints[].addresses[]] | (index($a) != null and index($b) != null)'
+}
+check "default/kubernetes EndpointSlice lists both API servers" "$A_IP and $B_IP" wait_for 30 slice_lists_both
+MVP_PORT=7444 mvp_start mvproxy-a-eps "$MA_IP" "$A_IP" --server-id apiserver-a --peer-source endpointslices --kubeconfig "$CP_DIR/direct-a.kc"
+eps_check() {
+  mvp_ready "$MA_IP" 7444 || return 1
+  # The peer set arrives from the EndpointSlice list after start; its discovery after that.
+  wait_for 30 sh -c "curl -s http://$MA_IP:7544/debug/discovery | jq -e --arg u '$B_IP:$CP_PORT' '[.servers[] | select(.local | not)] | length == 1 and (.[0].url | contains(\$u)) and .[0].up'" &&
+    [ "$(as admin "https://$MA_IP:7444" "$WLN" -o /dev/null -w '%{http_code}')" = 200 ] &&
+    curl -s "http://$MA_IP:7544/metrics" | grep 'mvproxy_rerouted_request_total{' | grep -q 'resource="workloads"'
+}
+check "--peer-source endpointslices: peer $B_IP:$CP_PORT from default/kubernetes, v1alpha2 routed to it" "no --peer; A itself skipped" eps_check
+cp_stop mvproxy-a-eps
 
 # ---- peers from the cluster: --peer-source leases (the identity Leases, their address annotation)
 
 la=$(cp_lease_of "$A_IP" apiserver-a) lb=$(cp_lease_of "$A_IP" apiserver-b)
-MVP_PORT=7445 mvp_start mvproxy-a-leases "$A_IP" "$A_IP" --server-id "$la" --peer-source leases --kubeconfig "$CP_DIR/direct-a.kc"
+MVP_PORT=7445 mvp_start mvproxy-a-leases "$MA_IP" "$A_IP" --server-id "$la" --peer-source leases --kubeconfig "$CP_DIR/direct-a.kc"
 leases_check() {
-  mvp_ready "$A_IP" 7445 || return 1
-  wait_for 30 sh -c "curl -s http://$A_IP:7545/debug/discovery | jq -e --arg id '$lb' '[.servers[] | select(.id == \$id and .up)] | length == 1'" || return 1
-  [ "$(as admin "https://$A_IP:7445" "$WLN" -o /dev/null -w '%{http_code}')" = 200 ] &&
-    curl -s "http://$A_IP:7545/metrics" | grep 'mvproxy_rerouted_request_total{' | grep -q 'resource="workloads"'
+  mvp_ready "$MA_IP" 7445 || return 1
+  wait_for 30 sh -c "curl -s http://$MA_IP:7545/debug/discovery | jq -e --arg id '$lb' '[.servers[] | select(.id == \$id and .up)] | length == 1'" || return 1
+  [ "$(as admin "https://$MA_IP:7445" "$WLN" -o /dev/null -w '%{http_code}')" = 200 ] &&
+    curl -s "http://$MA_IP:7545/metrics" | grep 'mvproxy_rerouted_request_total{' | grep -q 'resource="workloads"'
 }
 check "--peer-source leases: peer $lb from its identity Lease, v1alpha2 routed to it" "server id $la (A's lease); no --peer" leases_check
 cp_stop mvproxy-a-leases
+
+# ---- admin endpoints over TLS, delegated to the real API server (issue 13 §2) -----------------
+# mvproxy in front of A with its admin listener over TLS: authentication by client certificate
+# (the cluster CA) or bearer token (A's TokenReview), authorization by A's SubjectAccessReview
+# for get on the path, as kube-controller-manager serves its /metrics. mvproxy reviews as the
+# ServiceAccount kube-system/mvproxy (system:auth-delegator); scraper may get /metrics only;
+# nobody is authenticated and allowed nothing.
+kc "$kubectl_new" "$CP_DIR/direct-a.kc" apply -f - >/dev/null <<'YAML'
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: mvproxy, namespace: kube-system}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: mvproxy-auth-delegator}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: "system:auth-delegator"}
+subjects: [{kind: ServiceAccount, name: mvproxy, namespace: kube-system}]
+---
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: scraper, namespace: default}
+---
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: nobody, namespace: default}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: mvproxy-metrics-reader}
+rules: [{nonResourceURLs: ["/metrics"], verbs: [get]}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: mvproxy-metrics-reader}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: mvproxy-metrics-reader}
+subjects: [{kind: ServiceAccount, name: scraper, namespace: default}]
+YAML
+sa_token() { kc "$kubectl_new" "$CP_DIR/direct-a.kc" create token "$2" -n "$1" --duration 1h; } # NS NAME
+sa_token kube-system mvproxy >"$CP_DIR/mvproxy.token"
+scraper_token=$(sa_token default scraper) scraper_token2=$(sa_token default scraper) nobody_token=$(sa_token default nobody)
+ADMIN="https://$MA_IP:7546"
+MVP_PORT=7446 mvp_start mvproxy-a-admin "$MA_IP" "$A_IP" --server-id apiserver-a --peer "apiserver-b=https://$MB_IP:7443" \
+  --admin-tls-cert-file "$pki/apiserver.crt" --admin-tls-key-file "$pki/apiserver.key" --admin-client-ca-file "$pki/ca.crt" \
+  --admin-auth-token-file "$CP_DIR/mvproxy.token" --admin-auth-cache-ttl-seconds 2
+admin_get() { # PATH [curl args]: prints the status code (and keeps the body in $CP_DIR/admin.body)
+  local path=$1
+  shift
+  curl -sS --max-time 15 --cacert "$pki/ca.crt" -o "$CP_DIR/admin.body" -D "$CP_DIR/admin.headers" -w '%{http_code}' "$@" "$ADMIN$path"
+}
+admin_is() { # WANT PATH [curl args]
+  local want=$1 got
+  shift
+  got=$(admin_get "$@") || true
+  [ "$got" = "$want" ] || { echo "admin $1: got $got, want $want: $(head -c 300 "$CP_DIR/admin.body")" >&2; return 1; }
+}
+bearer() { echo "Authorization: Bearer $1"; }
+check "admin over TLS: /healthz anonymous: 200" "mvproxy's admin listener in front of A ($OLD)" wait_for 30 admin_is 200 /healthz
+check "admin: /metrics without credentials: 401" "" admin_is 401 /metrics
+check "admin: /metrics with a token A rejects: 401" "TokenReview says unauthenticated" admin_is 401 /metrics -H "$(bearer not-a-token)"
+check "admin: /metrics as ServiceAccount scraper (ClusterRole: get /metrics): 200" "real TokenReview and SubjectAccessReview" \
+  sh -c "[ \"\$(curl -sS --max-time 15 --cacert '$pki/ca.crt' -H 'Authorization: Bearer $scraper_token' '$ADMIN/metrics' | grep -c '^mvproxy_')\" -gt 0 ]"
+check "admin: /debug/discovery as scraper: 403" "its ClusterRole allows /metrics only" admin_is 403 /debug/discovery -H "$(bearer "$scraper_token")"
+check "admin: /metrics as ServiceAccount nobody: 403" "authenticated, no RBAC" admin_is 403 /metrics -H "$(bearer "$nobody_token")"
+check "admin: /metrics with the admin client certificate (system:masters): 200" "--admin-client-ca-file" \
+  admin_is 200 /metrics --cert "$pki/admin.crt" --key "$pki/admin.key"
+check "admin: /metrics with alice's client certificate: 403" "no RBAC for /metrics" admin_is 403 /metrics --cert "$pki/user.crt" --key "$pki/user.key"
+cp_stop apiserver-a
+sleep 3 # the decisions cached above (2 s) have expired
+down_503() { # TOKEN: 503 with Retry-After, never the metrics
+  admin_is 503 /metrics -H "$(bearer "$1")" && grep -qi '^retry-after:' "$CP_DIR/admin.headers" && ! grep -q '^mvproxy_' "$CP_DIR/admin.body"
+}
+check "admin: API server down, a token seen before: 503 with Retry-After" "A stopped; no open door" down_503 "$scraper_token"
+check "admin: API server down, a new token: 503 with Retry-After" "A stopped" down_503 "$scraper_token2"
+check "admin: API server down, /healthz anonymous: 200" "" admin_is 200 /healthz
+cp_start_apiserver apiserver-a "$OLD" "$A_IP"
+cp_wait_ready apiserver-a "$A_IP" 180
+check "admin: API server back, scraper's new token: 200" "" wait_for 30 admin_is 200 /metrics -H "$(bearer "$scraper_token2")"
+cp_stop mvproxy-a-admin
 
 # ---- the rolling upgrade 1.35 -> 1.36 under steady load --------------------------------------
 
@@ -386,7 +615,7 @@ upgrade() {
 # Through mvproxy: B goes back to $OLD first (both old), mvproxy A' and B' stay up throughout.
 restart_node b "$B_IP" "$OLD" ""
 sleep 6
-upgrade mvproxy "https://$A_IP:7443,https://$B_IP:7443" ""
+upgrade mvproxy "https://$MA_IP:7443,https://$MB_IP:7443" ""
 cp_stop mvproxy-a
 cp_stop mvproxy-b
 
@@ -405,10 +634,10 @@ midway() {
   # identity leases, named as upstream names them, so the two merges have the same inputs.
   local la lb
   la=$(cp_lease_of "$A_IP" apiserver-a) lb=$(cp_lease_of "$A_IP" apiserver-b)
-  MVP_PORT=7445 mvp_start mvproxy-a-leases "$A_IP" "$A_IP" --server-id "$la" --peer-source leases --kubeconfig "$CP_DIR/direct-a.kc"
+  MVP_PORT=7445 mvp_start mvproxy-a-leases "$MA_IP" "$A_IP" --server-id "$la" --peer-source leases --kubeconfig "$CP_DIR/direct-a.kc"
   local synced=1
-  mvp_ready "$A_IP" 7445 &&
-    wait_for 30 sh -c "curl -s http://$A_IP:7545/debug/discovery | jq -e --arg id '$lb' '[.servers[] | select(.id == \$id and .up)] | length == 1'" ||
+  mvp_ready "$MA_IP" 7445 &&
+    wait_for 30 sh -c "curl -s http://$MA_IP:7545/debug/discovery | jq -e --arg id '$lb' '[.servers[] | select(.id == \$id and .up)] | length == 1'" ||
     { synced=0; record "mvproxy with lease peers in front of upstream's proxy" FAIL "peer $lb not up (logs/mvproxy-a-leases.log)"; }
   # Upstream's 1.36 peer-aggregated /apis, once it has fetched its peer (a $OLD-only GV listed).
   local gv
@@ -416,7 +645,7 @@ midway() {
   wait_for 60 sh -c "curl -s --cacert $pki/ca.crt --cert $pki/admin.crt --key $pki/admin.key -H 'Accept: $V2' https://$A_IP:$CP_PORT/apis | jq -e --arg gv '$gv' '[.items[] | .metadata.name as \$g | .versions[] | \"\(\$g)/\(.version)\"] | index(\$gv)'" ||
     record "upstream 1.36 lists its peer's group-versions" FAIL "$gv never appeared in $A_IP's /apis"
   cp_curl "$A_IP" /apis -H "Accept: $V2" >"$out/apis-upstream-$NEW.json"
-  as admin "https://$A_IP:7445" /apis -H "Accept: $V2" >"$out/apis-mvproxy.json"
+  as admin "https://$MA_IP:7445" /apis -H "Accept: $V2" >"$out/apis-mvproxy.json"
   # Compared only once mvproxy has read both servers (else it passes local's document through).
   check "merged /apis via mvproxy = upstream 1.36's peer-aggregated /apis (groups, versions, resources, order)" "see apis-diff.txt" \
     sh -c "[ $synced = 1 ] && python3 '$here/compare_apis.py' '$out/apis-mvproxy.json' '$out/apis-upstream-$NEW.json' '$out/apis-diff.txt'"

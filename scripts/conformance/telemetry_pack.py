@@ -150,6 +150,13 @@ class Table:
         status = {True: "PASS", False: "FAIL", None: "SKIP"}[ok]
         self.rows.append((check, status, detail))
         print(f"[{status}] {check}: {detail}", file=sys.stderr, flush=True)
+        # One line in scripts/conformance.sh's summary (conformance/lib.sh's record format).
+        results = os.environ.get("CONFORMANCE_RESULTS")
+        if results:
+            clean = lambda v: str(v).replace("\t", " ").replace("\n", " ")
+            part = os.environ.get("CONFORMANCE_PART", "telemetry-pack")
+            with open(results, "a") as f:
+                f.write("\t".join(map(clean, (part, check, status, detail))) + "\n")
 
     def failed(self):
         return [r for r in self.rows if r[1] == "FAIL"]

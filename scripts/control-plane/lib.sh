@@ -8,7 +8,10 @@
 #   servers on one host would share one lease and never see each other as peers;
 # - every API server gets its own loopback address (127.0.0.2, 127.0.0.3, ...) with the same
 #   port, because the `kubernetes` Service's endpoints are reconciled from each server's
-#   --advertise-address and one port: that way default/kubernetes lists all of them;
+#   --advertise-address and one port: that way default/kubernetes lists all of them (the
+#   conformance suite runs in its own network namespace with TEST-NET-1 addresses 192.0.2.2
+#   and .3 on that namespace's loopback device, because kube-apiserver refuses loopback
+#   addresses in the Endpoints it writes; the serving certificate names both sets);
 # - the PKI is kubeadm's layout (https://kubernetes.io/docs/setup/best-practices/certificates/):
 #   cluster CA, serving certificate with the kubernetes.default.svc names and the loopback
 #   addresses, front-proxy CA and front-proxy-client, service-account keys, an admin user;
@@ -66,7 +69,7 @@ cp_pki() {
   local server_ext="basicConstraints=CA:FALSE
 keyUsage=critical,digitalSignature,keyEncipherment
 extendedKeyUsage=serverAuth
-subjectAltName=DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local,DNS:localhost,IP:10.96.0.1,IP:127.0.0.1,IP:127.0.0.2,IP:127.0.0.3,IP:127.0.0.4"
+subjectAltName=DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local,DNS:localhost,IP:10.96.0.1,IP:127.0.0.1,IP:127.0.0.2,IP:127.0.0.3,IP:127.0.0.4,IP:192.0.2.2,IP:192.0.2.3"
   local client_ext="basicConstraints=CA:FALSE
 keyUsage=critical,digitalSignature,keyEncipherment
 extendedKeyUsage=clientAuth"

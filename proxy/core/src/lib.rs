@@ -58,3 +58,4 @@ pub(crate) mod spans;
 #[cfg(test)]
 mod testkit;
 pub mod tls;
+pub(crate) mod watch_end;

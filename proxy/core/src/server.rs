@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
+use http_body_util::BodyExt;
 use hyper_util::rt::TokioIo;
 use hyper_util::server::graceful::GracefulShutdown;
 use mvproxy_telemetry::metrics::{
@@ -33,6 +34,7 @@ use crate::limits::{self, LimitedBody, Limits};
 use crate::readiness::Readiness;
 use crate::route::{LocalReason, MergedFormat, Route, decide};
 use crate::spans;
+use crate::watch_end::{Framing, WatchBody};
 
 /// A client's request body as [`handle`] takes it: hyper's [`Incoming`](hyper::body::Incoming) on the listener.
 pub(crate) trait ClientBody:
@@ -186,7 +188,20 @@ where
         Err(e) => spans::failed(&client, e),
     }
     client.end();
-    result
+    result.map(|resp| end_watches_cleanly(info, resp))
+}
+
+/// A watch's body ends, rather than fails, when its upstream breaks between two events
+/// ([`crate::watch_end`]).
+fn end_watches_cleanly(info: &RequestInfo, resp: Response<Body>) -> Response<Body> {
+    let is_watch = matches!(info, RequestInfo::Resource(r) if r.verb == "watch");
+    if !is_watch || resp.status() != StatusCode::OK {
+        return resp;
+    }
+    match Framing::of(resp.headers().get(header::CONTENT_TYPE)) {
+        Some(framing) => resp.map(|body| WatchBody::new(body, framing).boxed()),
+        None => resp,
+    }
 }
 
 /// One log line per request: at info for peer-routed and failed ones, debug otherwise.
