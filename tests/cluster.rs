@@ -9,6 +9,8 @@ pub struct Cluster {
     pub b: StandInRunning,
     pub proxy_a: Proxy,
     pub proxy_b: Proxy,
+    /// The relay `apiserver-b`'s proxy dials `apiserver-a`'s through, for processes.
+    _to_a: Option<relay::Relay>,
 }
 
 impl Cluster {
@@ -23,7 +25,7 @@ impl Cluster {
         let args_b = proxy_args("apiserver-b", &b.url(), &[("apiserver-a", &url_a)]);
         let proxy_a = Proxy::in_process(sockets_a, &args_a).await;
         let proxy_b = Proxy::in_process(sockets_b, &args_b).await;
-        Self::ready(a, b, proxy_a, proxy_b).await
+        Self::ready(a, b, proxy_a, proxy_b, None).await
     }
 
     /// Both proxies as `mvproxy serve` processes, for tests that read their log lines.
@@ -32,19 +34,37 @@ impl Cluster {
     }
 
     /// Both proxies as `mvproxy serve` processes with extra environment variables (the
-    /// `OTEL_*` ones, read once per process); their ports are picked free beforehand.
+    /// `OTEL_*` ones, read once per process). Each listens on a port the OS picks and reports
+    /// it in its startup line; as each must name the other at start, `apiserver-b` dials
+    /// `apiserver-a` through a relay the test bound first, aimed at A once A has reported its
+    /// address. A dials B directly, so the peer hop the tests look at (A → B) has no relay.
     pub async fn start_with_env(env: &[(&str, &str)]) -> Cluster {
+        Self::start_processes_with(env, &[]).await
+    }
+
+    /// As [`Cluster::start_with_env`], both proxies with `extra` flags as well.
+    pub async fn start_processes_with(env: &[(&str, &str)], extra: &[&str]) -> Cluster {
         let (a, b) = standins().await;
-        let (port_a, port_b) = (free_port(), free_port());
-        let url_a = format!("http://127.0.0.1:{port_a}");
-        let url_b = format!("http://127.0.0.1:{port_b}");
-        let mut args_a = proxy_args("apiserver-a", &a.url(), &[("apiserver-b", &url_b)]);
-        args_a.extend(["--listen".to_owned(), format!("127.0.0.1:{port_a}")]);
-        let mut args_b = proxy_args("apiserver-b", &b.url(), &[("apiserver-a", &url_a)]);
-        args_b.extend(["--listen".to_owned(), format!("127.0.0.1:{port_b}")]);
-        let proxy_a = Proxy::start_with_env(&args_a, env).await;
+        let to_a = relay::Relay::bind().await;
+        let with_extra = |mut args: Vec<String>| {
+            args.extend(extra.iter().map(|s| (*s).to_owned()));
+            args
+        };
+        let args_b = with_extra(proxy_args(
+            "apiserver-b",
+            &b.url(),
+            &[("apiserver-a", &to_a.url())],
+        ));
         let proxy_b = Proxy::start_with_env(&args_b, env).await;
-        Self::ready(a, b, proxy_a, proxy_b).await
+        let url_b = format!("http://{}", proxy_b.listen);
+        let args_a = with_extra(proxy_args(
+            "apiserver-a",
+            &a.url(),
+            &[("apiserver-b", &url_b)],
+        ));
+        let proxy_a = Proxy::start_with_env(&args_a, env).await;
+        let to_a = to_a.to(proxy_a.listen);
+        Self::ready(a, b, proxy_a, proxy_b, Some(to_a)).await
     }
 
     async fn ready(
@@ -52,6 +72,7 @@ impl Cluster {
         b: StandInRunning,
         proxy_a: Proxy,
         proxy_b: Proxy,
+        to_a: Option<relay::Relay>,
     ) -> Cluster {
         proxy_a.ready().await;
         proxy_b.ready().await;
@@ -62,6 +83,7 @@ impl Cluster {
             b,
             proxy_a,
             proxy_b,
+            _to_a: to_a,
         }
     }
 }

@@ -7,6 +7,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use http::StatusCode;
 use integration::otlp::Receiver;
+use integration::prometheus::Prometheus;
 use integration::*;
 use tokio::io::AsyncWriteExt;
 
@@ -98,30 +99,7 @@ async fn prometheus_stores_exemplars_that_open_exported_traces() {
     proxy.ready().await;
     crate::cluster::wait_all_up(&proxy).await;
 
-    let dir = tempdir::TempDir::new("prometheus");
-    let config = dir.path().join("prometheus.yml");
-    std::fs::write(
-        &config,
-        format!(
-            "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: mvproxy\n    static_configs:\n      - targets: ['{}']\n",
-            proxy.admin
-        ),
-    )
-    .unwrap();
-    let web = format!("127.0.0.1:{}", free_port());
-    let _prometheus = tokio::process::Command::new(tool("prometheus"))
-        .arg(format!("--config.file={}", config.display()))
-        .arg(format!(
-            "--storage.tsdb.path={}",
-            dir.path().join("data").display()
-        ))
-        .arg(format!("--web.listen-address={web}"))
-        .arg("--enable-feature=exemplar-storage")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+    let prometheus = Prometheus::start(&[proxy.admin.to_string()], &[]).await;
 
     // Peer-routed requests, each in a sampled trace of the client's.
     let mut traces = Vec::new();
@@ -147,7 +125,8 @@ async fn prometheus_stores_exemplars_that_open_exported_traces() {
         .unwrap()
         .as_secs();
     let url = format!(
-        "http://{web}/api/v1/query_exemplars?query=mvproxy_request_duration_seconds_bucket&start={}&end={}",
+        "{}/api/v1/query_exemplars?query=mvproxy_request_duration_seconds_bucket&start={}&end={}",
+        prometheus.url,
         now - 600,
         now + 600
     );

@@ -282,6 +282,7 @@ async fn a_down_peer_gives_a_fast_503_status_never_a_404_and_local_traffic_carri
         b: _b,
         proxy_a,
         proxy_b,
+        ..
     } = c;
     proxy_b.kill().await;
 
@@ -452,6 +453,7 @@ async fn watch_end_after_the_peer_dies(http2: bool) -> Option<String> {
         b,
         proxy_a,
         proxy_b,
+        ..
     } = Cluster::start_processes().await; // killed below: a process that dies
     let watch = req(
         Method::GET,

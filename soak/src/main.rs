@@ -104,8 +104,14 @@ fn new_client() -> Client<HttpConnector, Full<Bytes>> {
 
 struct Node {
     apis: &'static str,
+    /// The API server's address: port 0 until its first start, then the port it got, on
+    /// which it restarts (as a kube-apiserver comes back on its address).
     api_addr: SocketAddr,
-    admin: SocketAddr,
+    /// The running proxy's admin address, read from its startup log line (it listens on
+    /// port 0 and the OS picks a free port).
+    admin: Option<SocketAddr>,
+    /// The running proxy's log file.
+    log: PathBuf,
     peers: Vec<String>,
     standin: Option<StandInRunning>,
     proxy: Option<Child>,
@@ -113,10 +119,25 @@ struct Node {
     rotation: Arc<Rotation>,
 }
 
+/// A loopback port that was free a moment ago, for the proxies' listeners only: each names
+/// the others as peers before any starts, and a restarted proxy comes back on its address.
+/// (Another process could take the port in between; the soak then fails at start, loudly.)
 fn free_addr() -> SocketAddr {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("a free loopback port")
+}
+
+/// The admin address in `mvproxy serve`'s JSON startup line (`"message":"mvproxy started"`).
+fn started_admin(log: &str) -> Option<SocketAddr> {
+    log.lines().find_map(|line| {
+        let v: serde_json::Value = serde_json::from_str(line).ok()?;
+        let fields = v.get("fields")?;
+        if fields.get("message")?.as_str()? != "mvproxy started" {
+            return None;
+        }
+        fields.get("admin")?.as_str()?.parse().ok()
+    })
 }
 
 impl Node {
@@ -131,6 +152,7 @@ impl Node {
             let standin = StandIn::new(self.name(), self.apis).expect("fixture parses");
             match standin.start(self.api_addr).await {
                 Ok(r) => {
+                    self.api_addr = r.addr;
                     self.standin = Some(r);
                     return;
                 }
@@ -156,7 +178,7 @@ impl Node {
             .args(["--server-id", self.name()])
             .args(["--local", &format!("http://{}", self.api_addr)])
             .args(["--listen", &self.rotation.listen.to_string()])
-            .args(["--admin-listen", &self.admin.to_string()])
+            .args(["--admin-listen", "127.0.0.1:0"])
             .args(["--refresh-interval-seconds", "2"])
             .args(["--connect-timeout-seconds", "1"])
             .args(["--response-header-timeout-seconds", "3"])
@@ -173,6 +195,8 @@ impl Node {
             .spawn()
             .expect("spawn mvproxy");
         self.proxy = Some(child);
+        self.admin = None;
+        self.log = log;
         *self.rotation.client.lock().expect("client lock") = new_client();
     }
 
@@ -185,11 +209,17 @@ impl Node {
     }
 
     /// Waits until the proxy is ready and sees its own API server up.
-    async fn wait_ready(&self) {
-        let url = format!("http://{}/debug/discovery", self.admin);
+    async fn wait_ready(&mut self) {
         let deadline = Instant::now() + PATIENCE;
         loop {
-            if let Ok((StatusCode::OK, body)) = get(&new_client(), &url, &[]).await
+            if self.admin.is_none() {
+                self.admin = std::fs::read_to_string(&self.log)
+                    .ok()
+                    .and_then(|l| started_admin(&l));
+            }
+            if let Some(admin) = self.admin
+                && let url = format!("http://{admin}/debug/discovery")
+                && let Ok((StatusCode::OK, body)) = get(&new_client(), &url, &[]).await
                 && let Ok(v) = serde_json::from_slice::<serde_json::Value>(&body)
                 && v["servers"]
                     .as_array()
@@ -548,8 +578,9 @@ async fn run(args: Args) -> i32 {
         };
         nodes.push(Node {
             apis,
-            api_addr: free_addr(),
-            admin: free_addr(),
+            api_addr: "127.0.0.1:0".parse().expect("loopback"),
+            admin: None,
+            log: PathBuf::new(),
             peers,
             standin: None,
             proxy: None,
@@ -568,7 +599,7 @@ async fn run(args: Args) -> i32 {
         n.start_api().await;
         n.start_proxy(&args.mvproxy, &args.logs);
     }
-    for n in &nodes {
+    for n in &mut nodes {
         n.wait_ready().await;
         n.rejoin();
     }

@@ -67,6 +67,7 @@ async fn dashboards_and_rules_match_a_live_scrape_and_real_prometheus_answers_th
         b: _b,
         proxy_a,
         proxy_b,
+        ..
     } = c;
     proxy_b.kill().await;
     wait_discovery(&proxy_a, |servers| {

@@ -287,16 +287,6 @@ impl Proxy {
 /// could be taken by the time it is used).
 pub const NOTHING_LISTENS: &str = "http://127.0.0.1:1";
 
-/// A loopback port that was free a moment ago, for `mvproxy serve` processes that must know
-/// each other's address before either starts; in-process proxies bind theirs first
-/// ([`bind_sockets`]).
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
-}
-
 fn started_addrs(line: &str) -> Option<(SocketAddr, SocketAddr)> {
     let v: serde_json::Value = serde_json::from_str(line).ok()?;
     let fields = v.get("fields")?;

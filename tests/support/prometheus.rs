@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::process::Command;
 
 use crate::tempdir::TempDir;
-use crate::{PATIENCE, free_port, get};
+use crate::{PATIENCE, get};
 
 fn tool(name: &str) -> PathBuf {
     let found = std::env::var_os("PATH").and_then(|paths| {
@@ -60,8 +60,8 @@ pub async fn promtool(dir: &Path, args: &[&str], stdin: Option<&str>) -> (bool, 
     (out.status.success(), text)
 }
 
-/// A running Prometheus on a loopback port, killed (by its PID) and reaped on drop, also
-/// when a test fails.
+/// A running Prometheus on a loopback port the OS picked, killed (by its PID) and reaped on
+/// drop, also when a test fails.
 pub struct Prometheus {
     child: std::process::Child,
     pub url: String,
@@ -84,7 +84,6 @@ impl Prometheus {
         // JSON is YAML.
         let config_path = dir.path().join("prometheus.yml");
         std::fs::write(&config_path, config.to_string()).expect("write prometheus.yml");
-        let port = free_port();
         let log = std::fs::File::create(dir.path().join("prometheus.log")).expect("log file");
         let child = std::process::Command::new(tool("prometheus"))
             .arg(format!("--config.file={}", config_path.display()))
@@ -92,22 +91,29 @@ impl Prometheus {
                 "--storage.tsdb.path={}",
                 dir.path().join("data").display()
             ))
-            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            // Port 0: the OS picks a free port, and Prometheus logs the one it got.
+            .arg("--web.listen-address=127.0.0.1:0")
             .arg("--enable-feature=exemplar-storage")
-            .arg("--log.level=warn")
+            .arg("--log.level=info")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
             .expect("spawn prometheus");
-        let p = Prometheus {
+        let mut p = Prometheus {
             child,
-            url: format!("http://127.0.0.1:{port}"),
+            url: String::new(),
             dir,
         };
         let deadline = tokio::time::Instant::now() + PATIENCE;
         loop {
-            if let Ok(r) = get(&format!("{}/-/ready", p.url), &[]).await
+            if p.url.is_empty()
+                && let Some(addr) = listening_on(&p.log())
+            {
+                p.url = format!("http://{addr}");
+            }
+            if !p.url.is_empty()
+                && let Ok(r) = get(&format!("{}/-/ready", p.url), &[]).await
                 && r.status == http::StatusCode::OK
             {
                 return p;
@@ -117,6 +123,9 @@ impl Prometheus {
                 "prometheus not ready: {}",
                 p.log()
             );
+            if let Ok(Some(status)) = p.child.try_wait() {
+                panic!("prometheus exited ({status}): {}", p.log());
+            }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
@@ -163,6 +172,20 @@ impl Drop for Prometheus {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// The address Prometheus' web listener got, from its log line `msg="Listening on"
+/// address=HOST:PORT`: the exporter-toolkit logs `l.Addr()` of the bound listener there
+/// (github.com/prometheus/exporter-toolkit, web/tls_config.go, `Serve`), where the earlier
+/// "Start listening for connections" line repeats the flag (`:0`).
+fn listening_on(log: &str) -> Option<std::net::SocketAddr> {
+    log.lines()
+        .filter(|l| l.contains(r#"msg="Listening on""#))
+        .find_map(|l| {
+            l.split_whitespace()
+                .find_map(|kv| kv.strip_prefix("address="))
+                .and_then(|a| a.trim_matches('"').parse().ok())
+        })
 }
 
 /// Percent-encodes a query parameter value.

@@ -1,6 +1,12 @@
 //! A TCP relay in front of a server that can be told to stall: from then on, nothing more
 //! that clients send reaches the server (on connections old and new), and so no answer
 //! comes back. A peer that accepts connections and then hangs, as a wedged API server does.
+//!
+//! A relay can also be bound before its server exists ([`Relay::bind`]): two `mvproxy`
+//! processes that are each other's peer cannot both learn the other's address from its
+//! startup line before starting, so one of them dials the other through a relay whose
+//! address the OS gave the test, pointed at the real address once that is known. Nothing
+//! binds a port found free earlier (another process could take it in between).
 
 use std::net::SocketAddr;
 
@@ -8,6 +14,26 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+
+/// A relay bound to a loopback port but not yet relaying: connections wait in the listen
+/// backlog until [`Unaimed::to`] names the target.
+pub struct Unaimed {
+    listener: TcpListener,
+    /// The address clients dial.
+    pub addr: SocketAddr,
+}
+
+impl Unaimed {
+    /// `http://addr`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Starts relaying to `target`, including connections that waited so far.
+    pub fn to(self, target: SocketAddr) -> Relay {
+        Relay::serve(self.listener, target)
+    }
+}
 
 /// A running relay; stopped when dropped.
 pub struct Relay {
@@ -19,7 +45,17 @@ pub struct Relay {
 impl Relay {
     /// Relays loopback connections to `target`.
     pub async fn start(target: SocketAddr) -> Relay {
+        Relay::bind().await.to(target)
+    }
+
+    /// Binds a relay on a loopback port the OS picks, to be pointed at its target later.
+    pub async fn bind() -> Unaimed {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind relay");
+        let addr = listener.local_addr().expect("relay addr");
+        Unaimed { listener, addr }
+    }
+
+    fn serve(listener: TcpListener, target: SocketAddr) -> Relay {
         let addr = listener.local_addr().expect("relay addr");
         let (stalled, rx) = watch::channel(false);
         let accept = tokio::spawn(async move {

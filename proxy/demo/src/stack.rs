@@ -3,8 +3,9 @@
 //!
 //! The proxies are the production code on real sockets, configured through the same
 //! [`ServeArgs`] validation as `mvproxy serve`; the demo only reads their discovery cache to
-//! know when they have caught up with a change, and pokes it (a lookup-miss wake-up, what a
-//! request for an unknown GVR does) so that catching up takes a second, not a backoff period.
+//! know when they have caught up with a change (each server up or down, its surface and its
+//! release), and pokes it (a lookup-miss wake-up, what a request for an unknown GVR does) so
+//! that catching up takes a second, not a backoff period.
 //! Upgrading a node stops its stand-in and starts a new one on the new release's surface on
 //! the same port, as a restarted kube-apiserver comes back on its address.
 
@@ -166,10 +167,14 @@ impl Stack {
         surfaces: &Surfaces,
         interrupt: &CancellationToken,
     ) -> Result<(), DemoError> {
-        let expected: Vec<(bool, BTreeSet<Gvr>)> = state
+        let expected: Vec<Expected> = state
             .nodes
             .iter()
-            .map(|n| (n.up, surfaces_of(surfaces, n.release)))
+            .map(|n| Expected {
+                up: n.up,
+                surface: surfaces_of(surfaces, n.release),
+                git_version: n.release.git_version(),
+            })
             .collect();
         let deadline = Instant::now() + CONVERGE_TIMEOUT;
         let mut last_nudge: Option<Instant> = None;
@@ -203,7 +208,7 @@ impl Stack {
     }
 
     /// `(proxy, server, why)` for every server some proxy does not see as expected.
-    fn behind(&self, expected: &[(bool, BTreeSet<Gvr>)]) -> Vec<(String, String, String)> {
+    fn behind(&self, expected: &[Expected]) -> Vec<(String, String, String)> {
         let mut out = Vec::new();
         for node in &self.nodes {
             let Some(proxy) = &node.proxy else {
@@ -214,16 +219,31 @@ impl Stack {
                 let Some(i) = (0..NODES).find(|&i| node_name(i) == server.name.as_str()) else {
                     continue;
                 };
-                let (up, surface) = &expected[i];
+                let want = &expected[i];
                 let seen: Option<BTreeSet<Gvr>> =
                     server.view.as_ref().map(|v| v.gvrs().cloned().collect());
-                let why = if server.up != *up {
-                    Some(format!("seen {}, expected {}", word(server.up), word(*up)))
-                } else if seen.as_ref() != Some(surface) {
+                let git_version = server
+                    .view
+                    .as_ref()
+                    .and_then(|v| v.version.as_ref())
+                    .map(|v| v.git_version.as_str());
+                let why = if server.up != want.up {
+                    Some(format!(
+                        "seen {}, expected {}",
+                        word(server.up),
+                        word(want.up)
+                    ))
+                } else if seen.as_ref() != Some(&want.surface) {
                     Some(format!(
                         "sees {} GVRs, expected {}",
                         seen.map_or(0, |s| s.len()),
-                        surface.len()
+                        want.surface.len()
+                    ))
+                } else if git_version != Some(want.git_version) {
+                    Some(format!(
+                        "sees release {}, expected {}",
+                        git_version.unwrap_or("unknown"),
+                        want.git_version
                     ))
                 } else {
                     None
@@ -257,6 +277,16 @@ impl Stack {
         }
         while tasks.join_next().await.is_some() {}
     }
+}
+
+/// What every proxy must see of one server before traffic goes on: up or down, the surface
+/// of its release (the last-known one while down), and its release from `/version`, which
+/// decides the side of the skew its GVRs are counted on (`mvproxy_skew_requests_total`, which
+/// the report reconciles per client, GVR and side).
+struct Expected {
+    up: bool,
+    surface: BTreeSet<Gvr>,
+    git_version: &'static str,
 }
 
 fn word(up: bool) -> &'static str {

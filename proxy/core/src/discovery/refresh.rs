@@ -348,9 +348,22 @@ impl Cache {
         s.last_fetch = Some(SystemTime::now());
         let mut changed = false;
         match result {
-            Ok(view) => {
+            Ok(mut view) => {
                 s.up = true;
                 s.error = None;
+                // `/version` is read after the discovery documents, and a failure there leaves
+                // the release unknown (`fetch::version`). When it fails but the surface is the
+                // one already known, the server's release is kept: a restart in between (the
+                // surface read from the old process, `/version` refused), or a one-off
+                // failure, must not turn every side of the skew to `unknown`, and a server
+                // that then stays down keeps this view and release until it is back.
+                if view.version.is_none()
+                    && let Some(old) = &s.view
+                    && old.core == view.core
+                    && old.apis == view.apis
+                {
+                    view.version.clone_from(&old.version);
+                }
                 let same = s.view.as_ref().is_some_and(|old| {
                     old.core == view.core
                         && old.apis == view.apis
@@ -722,6 +735,49 @@ mod tests {
                 "at {at}s: excluded"
             );
         }
+    }
+
+    #[test]
+    fn a_failed_version_read_keeps_the_release_of_an_unchanged_surface() {
+        use crate::readiness::side::{Release, ServerVersion};
+        use crate::testkit::view;
+        let factory: UpstreamFactory =
+            Box::new(|name, url| upstream(name.as_str(), &url.to_string()));
+        let cache = Cache::new(
+            upstream("local", "http://127.0.0.1:1").unwrap(),
+            factory,
+            RefreshSettings {
+                interval: Duration::from_secs(30),
+                max_document_bytes: 1 << 20,
+            },
+            Arc::new(Metrics::register(&mut Default::default())),
+        );
+        let v131 = ServerVersion::from_json(br#"{"gitVersion":"v1.31.0"}"#);
+        let old = || Arc::try_unwrap(view(&[("", "v1", "pods")])).unwrap();
+        let new = || Arc::try_unwrap(view(&[("", "v1", "pods"), ("", "v1", "nodes")])).unwrap();
+        let release = |cache: &Cache| {
+            cache.servers()[0]
+                .view
+                .as_ref()
+                .and_then(|v| v.version.clone())
+                .and_then(|v| v.release)
+        };
+        let local: ServerName = "local".into();
+        cache.record_for_test(&local, Ok(old().with_version(v131.clone())));
+        let r131 = Some(Release {
+            major: 1,
+            minor: 31,
+        });
+        assert_eq!(release(&cache), r131);
+        // the same surface, /version unread: still 1.31
+        cache.record_for_test(&local, Ok(old()));
+        assert_eq!(release(&cache), r131);
+        // then down: the last view keeps its release
+        cache.record_for_test(&local, Err("connection refused".to_owned()));
+        assert_eq!(release(&cache), r131);
+        // another surface with /version unread: the release is not known
+        cache.record_for_test(&local, Ok(new()));
+        assert_eq!(release(&cache), None);
     }
 
     #[test]
