@@ -5,6 +5,9 @@
 //! registry is built here and passed around in an `Arc`, never global, so a test can run
 //! several proxies in one process. Label values that say *why* are `&'static str` constants.
 
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::exemplar::HistogramWithExemplars;
@@ -256,6 +259,95 @@ pub struct Metrics {
     pub discovery_resources: Family<ServerLabels, Gauge>,
     /// Requests for a GVR not every server serves, by client and side of the skew.
     pub skew_requests: Family<SkewLabels, Counter>,
+    /// Handles of the series every request touches.
+    hot: Hot,
+}
+
+/// Handles of the series every request records, resolved once per label set: a request
+/// then counts with an atomic add, where the family would hash its label set (SipHash over
+/// its strings) under the family's lock, four times per request. The families involved never
+/// remove a series, so a handle never goes stale. Series with a peer label are not cached
+/// (their label sets are not a closed set); nor is any label set past [`HOT_MAX`].
+#[derive(Debug, Default)]
+struct Hot {
+    /// `mvproxy_requests_total` without a peer, by route, reason, method and code.
+    requests: std::sync::RwLock<HashMap<HotKey, Counter, BuildHasherDefault<KeyHasher>>>,
+    /// `mvproxy_request_duration_seconds` without a peer, by route.
+    durations: std::sync::RwLock<
+        HashMap<HotKey, HistogramWithExemplars<TraceLabels>, BuildHasherDefault<KeyHasher>>,
+    >,
+    /// `mvproxy_discovery_cache_lookups_total` and `..._lookup_duration_seconds`: hit, miss.
+    lookups: std::sync::OnceLock<[(Counter, Histogram); 2]>,
+}
+
+/// Label sets cached in [`Hot`] per family; more go to the family each time.
+const HOT_MAX: usize = 1024;
+
+/// The addresses of `&'static str` label values and the code. Two constants of equal text
+/// may have different addresses: then one label set has two entries, both for its series.
+type HotKey = (usize, usize, usize, u16);
+
+fn key(route: &'static str, reason: &'static str, method: &'static str, code: u16) -> HotKey {
+    (
+        route.as_ptr() as usize,
+        reason.as_ptr() as usize,
+        method.as_ptr() as usize,
+        code,
+    )
+}
+
+/// A multiply-rotate hash (as rustc's FxHasher) for keys that are addresses and a code.
+#[derive(Default)]
+struct KeyHasher(u64);
+
+impl Hasher for KeyHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.add(u64::from(*b));
+        }
+    }
+
+    fn write_usize(&mut self, n: usize) {
+        self.add(n as u64);
+    }
+
+    fn write_u16(&mut self, n: u16) {
+        self.add(u64::from(n));
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+impl KeyHasher {
+    fn add(&mut self, x: u64) {
+        self.0 = (self.0.rotate_left(5) ^ x).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+}
+
+/// The cached handle for `key`, or the family's (cached while there is room).
+fn hot<M: Clone>(
+    cache: &std::sync::RwLock<HashMap<HotKey, M, BuildHasherDefault<KeyHasher>>>,
+    key: HotKey,
+    resolve: impl FnOnce() -> M,
+) -> M {
+    let read = cache
+        .read()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some(m) = read.get(&key) {
+        return m.clone();
+    }
+    let full = read.len() >= HOT_MAX;
+    drop(read);
+    let m = resolve();
+    if !full {
+        cache
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(key, m.clone());
+    }
+    m
 }
 
 impl Metrics {
@@ -277,6 +369,7 @@ impl Metrics {
             peer_up: Family::default(),
             discovery_resources: Family::default(),
             skew_requests: Family::default(),
+            hot: Hot::default(),
         };
         let r = registry.sub_registry_with_prefix("mvproxy");
         r.register(
@@ -375,6 +468,73 @@ impl Metrics {
             m.skew_requests.clone(),
         );
         m
+    }
+
+    /// Counts a request in `mvproxy_requests_total`.
+    pub fn count_request(
+        &self,
+        route: &'static str,
+        reason: &'static str,
+        peer: &str,
+        code: u16,
+        method: &'static str,
+    ) {
+        let labels = || RequestLabels {
+            route,
+            reason,
+            peer: peer.to_owned(),
+            code,
+            method,
+        };
+        if !peer.is_empty() {
+            self.requests.get_or_create(&labels()).inc();
+            return;
+        }
+        hot(&self.hot.requests, key(route, reason, method, code), || {
+            self.requests.get_or_create(&labels()).clone()
+        })
+        .inc();
+    }
+
+    /// Observes a request's duration in `mvproxy_request_duration_seconds`, with the sampled
+    /// trace as exemplar.
+    pub fn observe_request(
+        &self,
+        route: &'static str,
+        peer: &str,
+        seconds: f64,
+        exemplar: Option<TraceLabels>,
+    ) {
+        let labels = || RouteLabels {
+            route,
+            peer: peer.to_owned(),
+        };
+        if !peer.is_empty() {
+            self.request_duration
+                .get_or_create(&labels())
+                .observe(seconds, exemplar, None);
+            return;
+        }
+        hot(&self.hot.durations, key(route, "", "", 0), || {
+            self.request_duration.get_or_create(&labels()).clone()
+        })
+        .observe(seconds, exemplar, None);
+    }
+
+    /// Counts a routing-index lookup (`hit` or not) and observes how long it took.
+    pub fn observe_lookup(&self, hit: bool, seconds: f64) {
+        let lookups = self.hot.lookups.get_or_init(|| {
+            [values::HIT, values::MISS].map(|result| {
+                let labels = ResultLabels { result };
+                (
+                    self.cache_lookups.get_or_create(&labels).clone(),
+                    self.cache_lookup_duration.get_or_create(&labels).clone(),
+                )
+            })
+        });
+        let (count, duration) = &lookups[usize::from(!hit)];
+        count.inc();
+        duration.observe(seconds);
     }
 
     /// Drops every series labelled with `peer` (it left the peer set): its up gauge, its
@@ -508,6 +668,59 @@ mod tests {
             "{om}"
         );
         assert!(ct.starts_with("application/openmetrics-text"));
+    }
+
+    #[test]
+    fn requests_counted_through_cached_handles_land_in_their_series() {
+        let mut registry = Registry::default();
+        let m = Metrics::register(&mut registry);
+        for _ in 0..3 {
+            m.count_request(
+                values::ROUTE_LOCAL,
+                values::REASON_SERVED_LOCALLY,
+                "",
+                200,
+                "GET",
+            );
+            m.observe_request(values::ROUTE_LOCAL, "", 0.002, None);
+            m.observe_lookup(true, 0.000_001);
+        }
+        m.count_request(
+            values::ROUTE_LOCAL,
+            values::REASON_SERVED_LOCALLY,
+            "",
+            404,
+            "GET",
+        );
+        m.count_request(
+            values::ROUTE_PEER,
+            values::REASON_PEER_ONLY,
+            "b",
+            200,
+            "GET",
+        );
+        m.count_request(
+            values::ROUTE_PEER,
+            values::REASON_PEER_ONLY,
+            "b",
+            200,
+            "GET",
+        );
+        m.observe_request(values::ROUTE_PEER, "b", 0.02, None);
+        m.observe_lookup(false, 0.000_001);
+        let (text, _) = encode(&registry, false).unwrap();
+        for line in [
+            "mvproxy_requests_total{route=\"local\",reason=\"served_locally\",peer=\"\",code=\"200\",method=\"GET\"} 3",
+            "mvproxy_requests_total{route=\"local\",reason=\"served_locally\",peer=\"\",code=\"404\",method=\"GET\"} 1",
+            "mvproxy_requests_total{route=\"peer\",reason=\"peer_only\",peer=\"b\",code=\"200\",method=\"GET\"} 2",
+            "mvproxy_request_duration_seconds_count{route=\"local\",peer=\"\"} 3",
+            "mvproxy_request_duration_seconds_count{route=\"peer\",peer=\"b\"} 1",
+            "mvproxy_discovery_cache_lookups_total{result=\"hit\"} 3",
+            "mvproxy_discovery_cache_lookups_total{result=\"miss\"} 1",
+            "mvproxy_discovery_cache_lookup_duration_seconds_count{result=\"hit\"} 3",
+        ] {
+            assert!(text.contains(line), "{line} in\n{text}");
+        }
     }
 
     #[test]

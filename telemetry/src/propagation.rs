@@ -14,7 +14,7 @@ use opentelemetry::Context;
 use opentelemetry::propagation::{
     Extractor, Injector, TextMapCompositePropagator, TextMapPropagator,
 };
-use opentelemetry::trace::TraceContextExt;
+use opentelemetry::trace::{SpanContext, TraceContextExt, TraceState};
 use opentelemetry_sdk::propagation::{BaggagePropagator, TraceContextPropagator};
 
 static PROPAGATOR: LazyLock<TextMapCompositePropagator> = LazyLock::new(|| {
@@ -72,12 +72,49 @@ pub fn extract(headers: &HeaderMap) -> Context {
 /// `headers`, replacing what the client sent. A context without a valid span leaves the
 /// headers as they are, so the client's context passes through.
 pub fn inject(cx: &Context, headers: &mut HeaderMap) {
-    if !cx.span().span_context().is_valid() {
+    inject_span(cx.span().span_context(), cx, headers);
+}
+
+static BAGGAGE: LazyLock<BaggagePropagator> = LazyLock::new(BaggagePropagator::new);
+
+/// [`inject`] of span `sc` with the baggage of `cx`: what `TraceContextPropagator` writes
+/// (version `00`, only the sampled flag), without its formatting machinery, on every
+/// request that carries a context.
+pub(crate) fn inject_span(sc: &SpanContext, cx: &Context, headers: &mut HeaderMap) {
+    if !sc.is_valid() {
         return;
     }
-    headers.remove("traceparent");
-    headers.remove("tracestate");
-    PROPAGATOR.inject_context(cx, &mut HeaderInjector(headers));
+    headers.remove(TRACEPARENT);
+    if let Some(tp) = traceparent(sc) {
+        headers.insert(TRACEPARENT, tp);
+    }
+    headers.remove(TRACESTATE);
+    if sc.trace_state() != &TraceState::NONE {
+        HeaderInjector(headers).set("tracestate", sc.trace_state().header());
+    }
+    BAGGAGE.inject_context(cx, &mut HeaderInjector(headers));
+}
+
+const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
+const TRACESTATE: HeaderName = HeaderName::from_static("tracestate");
+
+/// `00-{trace id}-{span id}-{flags}` in lowercase hex (W3C Trace Context, version 00).
+fn traceparent(sc: &SpanContext) -> Option<HeaderValue> {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut out = [b'-'; 55];
+    out[0] = b'0';
+    out[1] = b'0';
+    for (i, b) in sc.trace_id().to_bytes().into_iter().enumerate() {
+        out[3 + 2 * i] = HEX[usize::from(b >> 4)];
+        out[4 + 2 * i] = HEX[usize::from(b & 0xf)];
+    }
+    for (i, b) in sc.span_id().to_bytes().into_iter().enumerate() {
+        out[36 + 2 * i] = HEX[usize::from(b >> 4)];
+        out[37 + 2 * i] = HEX[usize::from(b & 0xf)];
+    }
+    out[53] = b'0';
+    out[54] = if sc.is_sampled() { b'1' } else { b'0' };
+    HeaderValue::from_bytes(&out).ok()
 }
 
 #[cfg(test)]
@@ -109,6 +146,34 @@ mod tests {
             );
         }
         h
+    }
+
+    #[test]
+    fn headers_are_written_as_the_sdk_propagator_writes_them() {
+        use opentelemetry::trace::{SpanId, TraceFlags, TraceId};
+        let state: TraceState = "vendor=a,other=b".parse().unwrap();
+        for (flags, state) in [
+            (TraceFlags::SAMPLED, TraceState::NONE),
+            (TraceFlags::default(), TraceState::NONE),
+            (TraceFlags::SAMPLED, state.clone()),
+            (TraceFlags::default(), state),
+        ] {
+            let sc = SpanContext::new(
+                TraceId::from_hex("0af7651916cd43dd8448eb211c80319c").unwrap(),
+                SpanId::from_hex("b7ad6b7169203331").unwrap(),
+                flags,
+                true,
+                state,
+            );
+            let cx = extract(&headers(&[("traceparent", PARENT), ("baggage", "k=v")]))
+                .with_remote_span_context(sc.clone());
+            let mut sdk = headers(&[("tracestate", "client=1")]);
+            sdk.remove("tracestate");
+            PROPAGATOR.inject_context(&cx, &mut HeaderInjector(&mut sdk));
+            let mut ours = headers(&[("traceparent", PARENT), ("tracestate", "client=1")]);
+            inject_span(&sc, &cx, &mut ours);
+            assert_eq!(ours, sdk, "{sc:?}");
+        }
     }
 
     #[test]

@@ -18,17 +18,18 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::uri::PathAndQuery;
 use http::{Request, Response, StatusCode, Uri};
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Empty, Full, Limited};
 use hyper_rustls::{FixedServerNameResolver, HttpsConnector, HttpsConnectorBuilder};
-use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::connect::dns::{GaiAddrs, GaiResolver, Name};
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::TokioIo;
 
 use crate::discovery::ServerName;
 use crate::error::{ProxyError, TransportFailure};
+use crate::h1pool::H1Pool;
 use crate::h2pool::{H2Pool, UpstreamBody};
 use crate::limits::{BodyTooLarge, ClientBodyFailed};
 use crate::route::PEER_PROXIED;
@@ -40,12 +41,7 @@ pub type Body = BoxBody<Bytes, BoxError>;
 
 /// The port of an upstream URL, or its scheme's default.
 pub fn port_of(url: &Uri) -> u16 {
-    url.port_u16()
-        .unwrap_or(if url.scheme_str() == Some("https") {
-            443
-        } else {
-            80
-        })
+    url.port_u16().unwrap_or_else(|| port_of_scheme(url))
 }
 
 /// A body holding `bytes`.
@@ -62,7 +58,6 @@ pub fn empty() -> Body {
 
 /// The connector of every upstream client.
 pub(crate) type Connector = HttpsConnector<HttpConnector<Resolver>>;
-type HttpsClient = Client<Connector, Body>;
 
 /// Why an [`Upstream`] could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -74,6 +69,12 @@ pub enum UpstreamError {
         name: String,
         /// Why it is not a DNS name or IP address.
         source: rustls::pki_types::InvalidDnsNameError,
+    },
+    /// The URL's host cannot be a `Host` header.
+    #[error("{url}: the host is not a valid Host header")]
+    Host {
+        /// The upstream's URL.
+        url: String,
     },
 }
 
@@ -160,15 +161,19 @@ pub struct ClientSettings {
     pub insecure_skip_verify: bool,
 }
 
-/// One upstream: its name, its base URL and pooled clients: HTTP/2 when an `https` upstream
-/// offers it (`crate::h2pool`), HTTP/1.1 otherwise and for upgrades.
+/// One upstream: its name, its base URL and pooled connections: HTTP/2 when an `https`
+/// upstream offers it (`crate::h2pool`), HTTP/1.1 otherwise and for upgrades
+/// (`crate::h1pool`, connections driven by the request that uses them).
 #[derive(Clone)]
 pub struct Upstream {
     /// The server's name (label values, error messages).
     pub name: ServerName,
     /// `scheme://authority` of the upstream.
     pub base: Uri,
-    client: HttpsClient,
+    /// The `Host` header of HTTP/1.1 requests: the base's host, and its port unless it is the
+    /// scheme's default (as hyper-util's client wrote it).
+    host: HeaderValue,
+    h1: Arc<H1Pool>,
     h2: Option<Arc<H2Pool>>,
     response_header_timeout: Duration,
     insecure_skip_verify: bool,
@@ -259,13 +264,12 @@ impl Upstream {
         };
         let insecure_skip_verify =
             settings.insecure_skip_verify && base.scheme_str() == Some("https");
-        let client = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(Duration::from_secs(90))
-            .build(connector);
+        let host = host_header(&base)?;
         Ok(Self {
             name,
             base,
-            client,
+            host,
+            h1: H1Pool::new(connector),
             h2,
             response_header_timeout,
             insecure_skip_verify,
@@ -286,7 +290,11 @@ impl Upstream {
         let upgrade = is_upgrade(req.headers());
         let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
         let (mut parts, body) = req.into_parts();
-        parts.uri = self.uri_for(parts.uri.path_and_query().map(|pq| pq.as_str()))?;
+        // Origin form, the path and query byte for byte (no parse: the client's is reused).
+        parts.uri = match parts.uri.path_and_query() {
+            Some(pq) => Uri::from(pq.clone()),
+            None => Uri::from(PathAndQuery::from_static("/")),
+        };
         parts.version = http::Version::HTTP_11;
         strip_hop_by_hop(&mut parts.headers, upgrade);
         parts.headers.remove(header::HOST);
@@ -325,8 +333,12 @@ impl Upstream {
         &self,
         mut req: Request<Body>,
     ) -> Result<Response<UpstreamBody>, ProxyError> {
-        let path_and_query = req.uri().path_and_query().map(|pq| pq.as_str().to_owned());
-        *req.uri_mut() = self.uri_for(path_and_query.as_deref())?;
+        *req.uri_mut() = Uri::from(
+            req.uri()
+                .path_and_query()
+                .cloned()
+                .unwrap_or_else(|| PathAndQuery::from_static("/")),
+        );
         self.send(req).await
     }
 
@@ -337,7 +349,9 @@ impl Upstream {
         headers: HeaderMap,
     ) -> Result<Response<UpstreamBody>, ProxyError> {
         let mut req = Request::new(empty());
-        *req.uri_mut() = self.uri_for(Some(path))?;
+        *req.uri_mut() = path
+            .parse()
+            .map_err(|e: http::uri::InvalidUri| ProxyError::BadRequest(e.to_string()))?;
         *req.headers_mut() = headers;
         self.send(req).await
     }
@@ -399,15 +413,32 @@ impl Upstream {
     }
 
     /// HTTP/2 when the upstream speaks it and the request is no upgrade, else HTTP/1.1.
-    async fn send_on_pool(&self, req: Request<Body>) -> Result<Response<UpstreamBody>, BoxError> {
+    /// `req` has an origin-form URI.
+    async fn send_on_pool(
+        &self,
+        mut req: Request<Body>,
+    ) -> Result<Response<UpstreamBody>, BoxError> {
+        let upgrade = is_upgrade(req.headers());
         if let Some(h2) = &self.h2
             && !h2.is_http1()
-            && !is_upgrade(req.headers())
+            && !upgrade
             && let Some(stream) = h2.checkout(&self.base).await?
         {
+            *req.uri_mut() = self.absolute(req.uri())?;
             return Ok(stream.send(req).await?);
         }
-        Ok(self.client.request(req).await?.map(UpstreamBody::from))
+        if !req.headers().contains_key(header::HOST) {
+            req.headers_mut().insert(header::HOST, self.host.clone());
+        }
+        if upgrade {
+            return Ok(self
+                .h1
+                .send_upgrade(&self.base, req)
+                .await?
+                .map(UpstreamBody::from));
+        }
+        let (resp, lease) = self.h1.send(&self.base, req).await?;
+        Ok(resp.map(|body| UpstreamBody::leased(body, lease)))
     }
 
     /// Open HTTP/2 connections to this upstream (0 for HTTP/1.1 upstreams).
@@ -418,15 +449,36 @@ impl Upstream {
         }
     }
 
-    fn uri_for(&self, path_and_query: Option<&str>) -> Result<Uri, ProxyError> {
+    /// `origin` (a path and query) against this upstream's scheme and authority (HTTP/2).
+    fn absolute(&self, origin: &Uri) -> Result<Uri, http::uri::InvalidUriParts> {
         let mut parts = self.base.clone().into_parts();
-        parts.path_and_query = Some(
-            path_and_query
-                .unwrap_or("/")
-                .parse()
-                .map_err(|e: http::uri::InvalidUri| ProxyError::BadRequest(e.to_string()))?,
-        );
-        Uri::from_parts(parts).map_err(|e| ProxyError::BadRequest(e.to_string()))
+        parts.path_and_query = origin.path_and_query().cloned();
+        Uri::from_parts(parts)
+    }
+
+    /// Idle HTTP/1.1 connections to this upstream (for tests).
+    pub fn http1_idle_connections(&self) -> usize {
+        self.h1.idle()
+    }
+}
+
+/// The `Host` header for `base`: its host, with its port unless that is the scheme's default.
+fn host_header(base: &Uri) -> Result<HeaderValue, UpstreamError> {
+    let host = base.host().unwrap_or_default();
+    let value = match base.port_u16() {
+        Some(port) if port != port_of_scheme(base) => format!("{host}:{port}"),
+        _ => host.to_owned(),
+    };
+    HeaderValue::from_str(&value).map_err(|_| UpstreamError::Host {
+        url: base.to_string(),
+    })
+}
+
+fn port_of_scheme(url: &Uri) -> u16 {
+    if url.scheme_str() == Some("https") {
+        443
+    } else {
+        80
     }
 }
 
@@ -463,6 +515,10 @@ fn connection_tokens(headers: &HeaderMap) -> impl Iterator<Item = String> + '_ {
 /// Removes hop-by-hop headers (RFC 9110 §7.6.1): those named by `Connection` and the
 /// standard set. For an upgrade, `Connection: upgrade` and `Upgrade` must reach the upstream.
 pub fn strip_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) {
+    // Most messages have none of these: one pass over the names (no hashing) says so.
+    if !keep_upgrade && !headers.keys().any(is_hop_by_hop) {
+        return;
+    }
     let named: Vec<String> = connection_tokens(headers).collect();
     for name in named {
         if keep_upgrade && name == "upgrade" {
@@ -489,6 +545,18 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) {
     }
 }
 
+/// Whether `name` is `Connection`, `Upgrade` or one of the standard hop-by-hop headers
+/// (any header `Connection` names needs `Connection` itself).
+fn is_hop_by_hop(name: &HeaderName) -> bool {
+    name == header::CONNECTION
+        || name == header::UPGRADE
+        || name == header::TE
+        || name == header::TRAILER
+        || name == header::TRANSFER_ENCODING
+        || name.as_str() == "keep-alive"
+        || name.as_str() == "proxy-connection"
+}
+
 /// An error and its sources in words, deduplicated ("tcp connect error: Connection refused").
 pub fn causes(e: &(dyn StdError + 'static)) -> String {
     let mut parts: Vec<String> = Vec::new();
@@ -506,6 +574,7 @@ pub fn causes(e: &(dyn StdError + 'static)) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hyper_util::rt::TokioExecutor;
 
     /// An error with a source, as hyper-util's client and connector errors wrap their causes.
     #[derive(Debug, thiserror::Error)]
@@ -558,6 +627,26 @@ mod tests {
         let mut left: Vec<_> = h.keys().map(|k| k.as_str()).collect();
         left.sort();
         assert_eq!(left, ["accept", "authorization", "impersonate-user"]);
+    }
+
+    #[test]
+    fn each_hop_by_hop_header_is_dropped_even_alone() {
+        for name in [
+            "connection",
+            "upgrade",
+            "te",
+            "trailer",
+            "transfer-encoding",
+            "keep-alive",
+            "proxy-connection",
+        ] {
+            let mut h = HeaderMap::new();
+            h.insert(HeaderName::from_static(name), HeaderValue::from_static("x"));
+            h.insert(header::ACCEPT, HeaderValue::from_static("*/*"));
+            strip_hop_by_hop(&mut h, false);
+            assert_eq!(h.len(), 1, "{name}");
+            assert!(h.contains_key(header::ACCEPT));
+        }
     }
 
     #[test]

@@ -30,6 +30,7 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 use tower_service::Service;
 
 use crate::forward::{Body, BoxError, Connector};
+use crate::h1pool::Lease;
 
 /// Requests in flight on one upstream connection before another is opened.
 pub(crate) const MAX_STREAMS: usize = 100;
@@ -150,22 +151,49 @@ impl Stream {
         let resp = self.send.send_request(req).await?;
         Ok(resp.map(|inner| UpstreamBody {
             inner,
-            _stream: Some(self.guard),
+            held: Held::Stream { _guard: self.guard },
         }))
     }
 }
 
-/// An upstream response body; over HTTP/2 it holds its stream's place until dropped.
+/// An upstream response body. Over HTTP/2 it holds its stream's place until dropped; over
+/// HTTP/1.1 it holds its connection and drives it as the body is read ([`crate::h1pool`]).
 pub struct UpstreamBody {
     inner: Incoming,
-    _stream: Option<StreamGuard>,
+    held: Held,
+}
+
+enum Held {
+    Nothing,
+    Stream { _guard: StreamGuard },
+    Conn(Lease),
 }
 
 impl From<Incoming> for UpstreamBody {
     fn from(inner: Incoming) -> Self {
         Self {
             inner,
-            _stream: None,
+            held: Held::Nothing,
+        }
+    }
+}
+
+impl UpstreamBody {
+    /// A body read over a pooled HTTP/1.1 connection.
+    pub(crate) fn leased(inner: Incoming, lease: Lease) -> Self {
+        let mut body = Self {
+            inner,
+            held: Held::Conn(lease),
+        };
+        body.check_end();
+        body
+    }
+
+    fn check_end(&mut self) {
+        if let Held::Conn(lease) = &mut self.held
+            && self.inner.is_end_stream()
+        {
+            lease.finished();
         }
     }
 }
@@ -175,10 +203,28 @@ impl HttpBody for UpstreamBody {
     type Error = hyper::Error;
 
     fn poll_frame(
-        mut self: Pin<&mut Self>,
+        self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
-        Pin::new(&mut self.inner).poll_frame(cx)
+        let this = self.get_mut();
+        let mut polled = Pin::new(&mut this.inner).poll_frame(cx);
+        if polled.is_pending()
+            && let Held::Conn(lease) = &mut this.held
+        {
+            // Nobody else reads this connection: read it, then look again.
+            lease.drive(cx);
+            polled = Pin::new(&mut this.inner).poll_frame(cx);
+        }
+        match &polled {
+            Poll::Ready(None) => {
+                if let Held::Conn(lease) = &mut this.held {
+                    lease.finished();
+                }
+            }
+            Poll::Ready(Some(Ok(_))) => this.check_end(),
+            _ => {}
+        }
+        polled
     }
 
     fn is_end_stream(&self) -> bool {

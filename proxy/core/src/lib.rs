@@ -45,6 +45,7 @@ pub(crate) mod delegated;
 pub mod discovery;
 pub mod error;
 pub mod forward;
+pub(crate) mod h1pool;
 pub(crate) mod h2pool;
 pub mod identity;
 pub mod kubeconfig;

@@ -16,6 +16,7 @@ use mvproxy_telemetry::metrics::values;
 
 use crate::classify::{DiscoveryPath, Gvr, RequestInfo};
 use crate::discovery::negotiate::{DiscoveryFormat, negotiate};
+use crate::discovery::snapshot::Serving;
 use crate::discovery::{ServerName, Snapshot};
 use crate::error::ProxyError;
 
@@ -123,19 +124,26 @@ pub fn decide(
             if already_proxied {
                 return Route::Local(LocalReason::AlreadyProxied);
             }
-            let Some(local) = snap.local() else {
+            if !snap.synced() {
                 return Route::Local(LocalReason::NotSynced);
-            };
-            if local.serves(&req.gvr) {
+            }
+            // One lookup says who serves it: the local server, and which peers are up.
+            let serving = snap.serving(&req.gvr);
+            if serving.is_some_and(|s| s.local) {
                 return Route::Local(LocalReason::ServedLocally);
             }
-            decide_peer(&req.gvr, snap, pick)
+            decide_peer(&req.gvr, serving, snap, pick)
         }
     }
 }
 
-fn decide_peer(gvr: &Gvr, snap: &Snapshot, pick: impl FnOnce(usize) -> usize) -> Route {
-    let capable = snap.peers_serving(gvr);
+fn decide_peer(
+    gvr: &Gvr,
+    serving: Option<&Serving>,
+    snap: &Snapshot,
+    pick: impl FnOnce(usize) -> usize,
+) -> Route {
+    let capable = serving.map(|s| s.peers.as_slice()).unwrap_or(&[]);
     if capable.is_empty() {
         return match snap.unseen_peer() {
             Some((peer, cause)) => Route::Unavailable(ProxyError::SurfaceUnknown {
@@ -146,7 +154,12 @@ fn decide_peer(gvr: &Gvr, snap: &Snapshot, pick: impl FnOnce(usize) -> usize) ->
             None => Route::Local(LocalReason::NoPeer),
         };
     }
-    choose_up(gvr.to_string(), capable, snap, pick)
+    let up = serving.map(|s| s.up.as_slice()).unwrap_or(&[]);
+    if up.is_empty() {
+        return peers_down(gvr.to_string(), capable, snap);
+    }
+    let i = pick(up.len()).min(up.len() - 1);
+    Route::Peer(up[i].clone())
 }
 
 fn choose_up(
@@ -160,24 +173,29 @@ fn choose_up(
         .filter(|p| snap.peer(p).is_some_and(|e| e.up))
         .collect();
     if up.is_empty() {
-        let cause = capable
-            .iter()
-            .filter_map(|p| snap.peer(p).and_then(|e| e.error.clone()))
-            .next()
-            .unwrap_or_else(|| "marked down".to_owned());
-        let peers = capable
-            .iter()
-            .map(ServerName::as_str)
-            .collect::<Vec<_>>()
-            .join(", ");
-        return Route::Unavailable(ProxyError::PeersDown {
-            gvr: what,
-            peers,
-            cause,
-        });
+        return peers_down(what, capable, snap);
     }
     let i = pick(up.len()).min(up.len() - 1);
     Route::Peer(up[i].clone())
+}
+
+/// No capable peer is up: `503` naming them and the first one's last error.
+fn peers_down(what: String, capable: &[ServerName], snap: &Snapshot) -> Route {
+    let cause = capable
+        .iter()
+        .filter_map(|p| snap.peer(p).and_then(|e| e.error.clone()))
+        .next()
+        .unwrap_or_else(|| "marked down".to_owned());
+    let peers = capable
+        .iter()
+        .map(ServerName::as_str)
+        .collect::<Vec<_>>()
+        .join(", ");
+    Route::Unavailable(ProxyError::PeersDown {
+        gvr: what,
+        peers,
+        cause,
+    })
 }
 
 /// Discovery paths: `/apis` is answered by mvproxy when the client negotiated something it

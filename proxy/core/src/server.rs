@@ -16,8 +16,7 @@ use http_body_util::BodyExt;
 use hyper_util::rt::TokioIo;
 use hyper_util::server::graceful::GracefulShutdown;
 use mvproxy_telemetry::metrics::{
-    Metrics, PeerErrorLabels, RequestLabels, RerouteLabels, ResultLabels, RouteLabels, TraceLabels,
-    TypeLabels, values,
+    Metrics, PeerErrorLabels, RerouteLabels, ResultLabels, TraceLabels, TypeLabels, values,
 };
 use mvproxy_telemetry::trace::RequestSpan;
 use tokio::net::TcpListener;
@@ -313,14 +312,7 @@ fn record_lookup(app: &App, span: &RequestSpan, info: &RequestInfo, route: &Rout
     if !hit {
         app.cache.on_miss();
     }
-    let labels = ResultLabels {
-        result: values::result(hit),
-    };
-    app.metrics.cache_lookups.get_or_create(&labels).inc();
-    app.metrics
-        .cache_lookup_duration
-        .get_or_create(&labels)
-        .observe(took.as_secs_f64());
+    app.metrics.observe_lookup(hit, took.as_secs_f64());
 }
 
 fn gvr_labels(info: &RequestInfo) -> (String, String, String) {
@@ -372,8 +364,8 @@ fn record(
     span: &RequestSpan,
 ) {
     let peer = match route {
-        Route::Peer(p) => p.to_string(),
-        _ => String::new(),
+        Route::Peer(p) => p.as_str(),
+        _ => "",
     };
     if let Route::Peer(_) = route {
         let (group, version, resource) = gvr_labels(info);
@@ -387,28 +379,20 @@ fn record(
             })
             .inc();
     }
-    metrics
-        .requests
-        .get_or_create(&RequestLabels {
-            route: route.kind(),
-            reason: route.reason(),
-            peer: peer.clone(),
-            code: status.as_u16(),
-            method: method_label(method),
-        })
-        .inc();
-    metrics
-        .request_duration
-        .get_or_create(&RouteLabels {
-            route: route.kind(),
-            peer,
-        })
-        .observe(
-            took.as_secs_f64(),
-            span.sampled_trace_id()
-                .map(|trace_id| TraceLabels { trace_id }),
-            None,
-        );
+    metrics.count_request(
+        route.kind(),
+        route.reason(),
+        peer,
+        status.as_u16(),
+        method_label(method),
+    );
+    metrics.observe_request(
+        route.kind(),
+        peer,
+        took.as_secs_f64(),
+        span.sampled_trace_id()
+            .map(|trace_id| TraceLabels { trace_id }),
+    );
 }
 
 /// Methods as a closed set, so a client cannot grow the label set.

@@ -6,6 +6,7 @@
 //! are up or have never been seen, and (lazily, once per snapshot) the merged `/apis`.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::hash::BuildHasherDefault;
 use std::sync::{Arc, OnceLock};
 use std::time::{Instant, SystemTime};
 
@@ -226,6 +227,59 @@ pub struct MergedApis {
     pub took: std::time::Duration,
 }
 
+/// Who serves one GVR: the routing index's entry.
+#[derive(Debug, Default)]
+pub struct Serving {
+    /// The local server lists it.
+    pub local: bool,
+    /// Peers whose view (after exclusion) lists it.
+    pub peers: Vec<ServerName>,
+    /// Those of `peers` that are up (fixed per snapshot, as their state is).
+    pub up: Vec<ServerName>,
+}
+
+/// The routing index's hash: FxHash's multiply-rotate, word by word, instead of SipHash.
+/// Its keys come from the servers' discovery documents, never from clients (whose paths
+/// are only looked up), so flooding it with colliding keys is not open to a client; and a
+/// lookup is on every request.
+#[derive(Default)]
+pub struct GvrHasher(u64);
+
+impl std::hash::Hasher for GvrHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            let mut word = [0u8; 8];
+            word.copy_from_slice(c);
+            self.add(u64::from_le_bytes(word));
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let mut word = [0u8; 8];
+            word[..rest.len()].copy_from_slice(rest);
+            self.add(u64::from_le_bytes(word));
+        }
+    }
+
+    fn write_u8(&mut self, n: u8) {
+        self.add(u64::from(n));
+    }
+
+    fn write_usize(&mut self, n: usize) {
+        self.add(n as u64);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+impl GvrHasher {
+    fn add(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+}
+
 /// Everything a request needs to be routed, immutable.
 #[derive(Debug, Default)]
 pub struct Snapshot {
@@ -233,7 +287,7 @@ pub struct Snapshot {
     pub servers: Vec<ServerState>,
     local: Option<Arc<ServerView>>,
     peers: BTreeMap<ServerName, PeerEntry>,
-    index: HashMap<Gvr, Vec<ServerName>>,
+    index: HashMap<Gvr, Serving, BuildHasherDefault<GvrHasher>>,
     excluded: BTreeSet<GroupVersion>,
     local_name: ServerName,
     upstreams: BTreeMap<ServerName, Upstream>,
@@ -261,12 +315,21 @@ impl Snapshot {
             excluded.extend(l.extension_gvs());
         }
         let mut peers = BTreeMap::new();
-        let mut index: HashMap<Gvr, Vec<ServerName>> = HashMap::new();
+        let mut index: HashMap<Gvr, Serving, BuildHasherDefault<GvrHasher>> = HashMap::default();
+        if let Some(l) = &local {
+            for gvr in l.gvrs() {
+                index.entry(gvr.clone()).or_default().local = true;
+            }
+        }
         for s in servers.iter().filter(|s| !s.local) {
             let view = s.view.as_ref().map(|v| v.without(&excluded));
             if let Some(v) = &view {
                 for gvr in v.gvrs() {
-                    index.entry(gvr.clone()).or_default().push(s.name.clone());
+                    let serving = index.entry(gvr.clone()).or_default();
+                    serving.peers.push(s.name.clone());
+                    if s.up {
+                        serving.up.push(s.name.clone());
+                    }
                 }
             }
             peers.insert(
@@ -332,7 +395,16 @@ impl Snapshot {
 
     /// Peers whose view (after exclusion) lists the resource, in name order.
     pub fn peers_serving(&self, gvr: &Gvr) -> &[ServerName] {
-        self.index.get(gvr).map(Vec::as_slice).unwrap_or(&[])
+        self.index
+            .get(gvr)
+            .map(|s| s.peers.as_slice())
+            .unwrap_or(&[])
+    }
+
+    /// Who serves the resource, in one lookup (the routing decision's); `None` when no
+    /// server does.
+    pub fn serving(&self, gvr: &Gvr) -> Option<&Serving> {
+        self.index.get(gvr)
     }
 
     /// Peers that serve the group, or the group-version if `version` is given.

@@ -1,0 +1,418 @@
+//! HTTP/1.1 connections to one upstream, driven by the request that uses them.
+//!
+//! A pooled client in the usual shape (hyper-util's legacy `Client`) runs each upstream
+//! connection as a task of its own: a request is handed to that task through a channel, its
+//! response handed back through another, and a third task per request watches for the
+//! connection to become idle again. Each hand-off is a wake-up and a trip through the
+//! scheduler, on every request, and on a proxy that forwards small requests they cost more
+//! than the HTTP/1.1 parsing itself (bench/PERF_NOTES.md).
+//!
+//! Here a connection has no task. Whoever holds it polls it: the request's own future while
+//! it waits for the response head, then the response body ([`Lease`], inside
+//! [`crate::h2pool::UpstreamBody`]) while the client reads it. Once the body has been read to
+//! its end the connection goes back to the pool, idle and unpolled; the next request to take
+//! it polls it first, which is how a connection the upstream closed meanwhile is found out
+//! (and skipped). A body dropped before its end closes its connection, as an HTTP/1.1
+//! exchange cut short must. A request that a reused connection could not even start (it was
+//! closed under it) is sent again on another one, as hyper-util's client does; once written,
+//! a request is never sent twice.
+//!
+//! Upgrades (exec, attach, port-forward) get a fresh connection, run as a task with hyper's
+//! upgrade support: the connection becomes the tunnel and never returns to the pool.
+//! Idle connections are closed after [`IDLE_TIMEOUT`] (hyper-util's client used 90 s too),
+//! and at most [`MAX_IDLE`] are kept.
+
+use std::future::{Future, poll_fn};
+use std::pin::{Pin, pin};
+use std::sync::{Arc, Mutex, Weak};
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+use http::{Request, Response, Uri};
+use hyper::body::Incoming;
+use hyper::client::conn::http1;
+use hyper_rustls::MaybeHttpsStream;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
+use tower_service::Service;
+
+use crate::forward::{Body, BoxError, Connector};
+
+/// How long an unused connection is kept.
+pub(crate) const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+/// Idle connections kept per upstream; more are closed when their exchange ends.
+pub(crate) const MAX_IDLE: usize = 1024;
+/// How often idle connections are checked for age and for having been closed upstream.
+const REAP_INTERVAL: Duration = Duration::from_secs(30);
+
+type Io = MaybeHttpsStream<TokioIo<TcpStream>>;
+type Conn = http1::Connection<Io, Body>;
+
+/// The HTTP/1.1 connections to one upstream.
+pub(crate) struct H1Pool {
+    connector: Connector,
+    idle: Mutex<Idle>,
+}
+
+#[derive(Default)]
+struct Idle {
+    /// Most recently used last.
+    conns: Vec<IdleConn>,
+    reaper: bool,
+}
+
+struct IdleConn {
+    conn: Box<Driven>,
+    since: Instant,
+}
+
+/// A connection and its sender (boxed where it is held: a connection is large, and moves
+/// from the pool to a request to its response body and back).
+struct Driven {
+    send: http1::SendRequest<Body>,
+    /// `None` once the connection has closed.
+    conn: Option<Conn>,
+}
+
+/// A connection in use by a response body, which polls it as the client reads; back to the
+/// pool when dropped after the body's end.
+pub(crate) struct Lease {
+    conn: Option<Box<Driven>>,
+    pool: Weak<H1Pool>,
+    /// The exchange ended cleanly: the connection can serve another request.
+    reusable: bool,
+}
+
+impl std::fmt::Debug for H1Pool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("H1Pool").finish_non_exhaustive()
+    }
+}
+
+impl H1Pool {
+    pub(crate) fn new(connector: Connector) -> Arc<Self> {
+        Arc::new(Self {
+            connector,
+            idle: Mutex::new(Idle::default()),
+        })
+    }
+
+    /// Idle connections (for tests).
+    pub(crate) fn idle(&self) -> usize {
+        self.lock().conns.len()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Idle> {
+        // A panic while holding the lock leaves a plain list behind: still usable.
+        self.idle
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Sends `req` (origin-form URI, `Host` set) on an idle connection or a new one to `base`.
+    pub(crate) async fn send(
+        self: &Arc<Self>,
+        base: &Uri,
+        mut req: Request<Body>,
+    ) -> Result<(Response<Incoming>, Lease), BoxError> {
+        loop {
+            let (mut c, reused) = match self.take_idle() {
+                Some(c) => (c, true),
+                None => (self.connect(base).await?, false),
+            };
+            let ready = poll_fn(|cx| {
+                c.drive(cx);
+                c.send.poll_ready(cx)
+            })
+            .await;
+            if let Err(e) = ready {
+                if reused {
+                    continue;
+                }
+                return Err(e.into());
+            }
+            let mut sent = pin!(c.send.try_send_request(req));
+            let result = poll_fn(|cx| {
+                // The response first: when the connection is polled it may complete it.
+                if let Poll::Ready(r) = sent.as_mut().poll(cx) {
+                    return Poll::Ready(r);
+                }
+                c.drive(cx);
+                sent.as_mut().poll(cx)
+            })
+            .await;
+            match result {
+                Ok(resp) => {
+                    let lease = Lease {
+                        conn: Some(c),
+                        pool: Arc::downgrade(self),
+                        reusable: false,
+                    };
+                    return Ok((resp, lease));
+                }
+                Err(mut e) => match e.take_message() {
+                    // Not written: a reused connection was closed under it; try another.
+                    Some(unsent) if reused => req = unsent,
+                    _ => return Err(e.into_error().into()),
+                },
+            }
+        }
+    }
+
+    /// Sends an upgrade request on a connection of its own, run as a task until the upgrade
+    /// completes (then the connection is the tunnel's).
+    pub(crate) async fn send_upgrade(
+        &self,
+        base: &Uri,
+        req: Request<Body>,
+    ) -> Result<Response<Incoming>, BoxError> {
+        let io = self.connector.clone().call(base.clone()).await?;
+        let (mut send, conn) = http1::Builder::new().handshake(io).await?;
+        tokio::spawn(async move {
+            if let Err(e) = conn.with_upgrades().await {
+                tracing::debug!(error = %e, "upstream upgrade connection closed");
+            }
+        });
+        send.ready().await?;
+        Ok(send.send_request(req).await?)
+    }
+
+    async fn connect(&self, base: &Uri) -> Result<Box<Driven>, BoxError> {
+        let io = self.connector.clone().call(base.clone()).await?;
+        let (send, conn) = http1::Builder::new().handshake(io).await?;
+        Ok(Box::new(Driven {
+            send,
+            conn: Some(conn),
+        }))
+    }
+
+    fn take_idle(&self) -> Option<Box<Driven>> {
+        let mut idle = self.lock();
+        let now = Instant::now();
+        while let Some(c) = idle.conns.pop() {
+            if now.duration_since(c.since) < IDLE_TIMEOUT && c.conn.is_open() {
+                return Some(c.conn);
+            }
+        }
+        None
+    }
+
+    fn put(self: Arc<Self>, conn: Box<Driven>) {
+        let mut idle = self.lock();
+        if idle.conns.len() >= MAX_IDLE {
+            return;
+        }
+        idle.conns.push(IdleConn {
+            conn,
+            since: Instant::now(),
+        });
+        if !idle.reaper
+            && let Ok(rt) = tokio::runtime::Handle::try_current()
+        {
+            idle.reaper = true;
+            rt.spawn(reap(Arc::downgrade(&self)));
+        }
+    }
+}
+
+/// Closes idle connections that are too old or that the upstream closed, until the pool is
+/// gone.
+async fn reap(pool: Weak<H1Pool>) {
+    let mut tick = tokio::time::interval(REAP_INTERVAL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await;
+    loop {
+        tick.tick().await;
+        let Some(pool) = pool.upgrade() else {
+            return;
+        };
+        let now = Instant::now();
+        let mut cx = Context::from_waker(Waker::noop());
+        pool.lock().conns.retain_mut(|c| {
+            // Polled with no waker: reads what already arrived (an EOF) and nothing more.
+            c.conn.drive(&mut cx);
+            c.conn.is_open() && now.duration_since(c.since) < IDLE_TIMEOUT
+        });
+    }
+}
+
+impl Driven {
+    /// Lets the connection do its work: write the request and its body, read the response.
+    fn drive(&mut self, cx: &mut Context<'_>) {
+        if let Some(conn) = &mut self.conn
+            && let Poll::Ready(result) = Pin::new(conn).poll(cx)
+        {
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "upstream connection closed");
+            }
+            self.conn = None;
+        }
+    }
+
+    fn is_open(&self) -> bool {
+        self.conn.is_some() && !self.send.is_closed()
+    }
+}
+
+impl Lease {
+    /// Lets the connection read more of the response.
+    pub(crate) fn drive(&mut self, cx: &mut Context<'_>) {
+        if let Some(c) = &mut self.conn {
+            c.drive(cx);
+        }
+    }
+
+    /// The response body was read to its end: the connection may serve another request.
+    pub(crate) fn finished(&mut self) {
+        self.reusable = true;
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if !self.reusable {
+            return;
+        }
+        if let (Some(c), Some(pool)) = (self.conn.take(), self.pool.upgrade())
+            && c.is_open()
+        {
+            pool.put(c);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use http::HeaderMap;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpListener;
+
+    use super::*;
+    use crate::forward::{ClientSettings, Upstream};
+
+    /// A plain HTTP/1.1 upstream on loopback that counts connections opened and closed by the
+    /// client. `/close` is answered and then the connection closed; `/partial` promises 10
+    /// bytes and sends 2; everything else gets `ok`, keep-alive.
+    struct Server {
+        url: Uri,
+        opened: Arc<AtomicUsize>,
+        closed_by_client: Arc<AtomicUsize>,
+        /// One message per connection this server closed itself.
+        server_closed: tokio::sync::mpsc::UnboundedReceiver<()>,
+        task: tokio::task::JoinHandle<()>,
+    }
+
+    async fn server() -> Server {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap())
+            .parse()
+            .unwrap();
+        let opened = Arc::new(AtomicUsize::new(0));
+        let closed_by_client = Arc::new(AtomicUsize::new(0));
+        let (tx, server_closed) = tokio::sync::mpsc::unbounded_channel();
+        let (o, c) = (opened.clone(), closed_by_client.clone());
+        let task = tokio::spawn(async move {
+            while let Ok((mut tcp, _)) = listener.accept().await {
+                o.fetch_add(1, Ordering::SeqCst);
+                let (c, tx) = (c.clone(), tx.clone());
+                tokio::spawn(async move {
+                    let mut buf = Vec::new();
+                    loop {
+                        let mut chunk = [0u8; 1024];
+                        let n = tcp.read(&mut chunk).await.unwrap_or(0);
+                        if n == 0 {
+                            c.fetch_add(1, Ordering::SeqCst);
+                            return;
+                        }
+                        buf.extend_from_slice(&chunk[..n]);
+                        let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+                            continue;
+                        };
+                        let head = String::from_utf8_lossy(&buf[..end]).into_owned();
+                        buf.drain(..end + 4);
+                        if head.starts_with("GET /partial ") {
+                            let _ = tcp
+                                .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nok")
+                                .await;
+                            continue;
+                        }
+                        let _ = tcp
+                            .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                            .await;
+                        if head.starts_with("GET /close ") {
+                            drop(tcp);
+                            let _ = tx.send(());
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        Server {
+            url,
+            opened,
+            closed_by_client,
+            server_closed,
+            task,
+        }
+    }
+
+    fn upstream(url: &Uri) -> Upstream {
+        let settings = ClientSettings {
+            tls: None,
+            server_name: None,
+            connect_timeout: Duration::from_secs(5),
+            insecure_skip_verify: false,
+        };
+        Upstream::new("up".into(), url.clone(), &settings, Duration::from_secs(10)).unwrap()
+    }
+
+    async fn ok(up: &Upstream, path: &str) {
+        let (status, _, body) = up.get(path, "application/json", 1024).await.unwrap();
+        assert_eq!((status, &body[..]), (http::StatusCode::OK, &b"ok"[..]));
+    }
+
+    #[tokio::test]
+    async fn a_connection_serves_request_after_request_and_one_closed_upstream_is_skipped() {
+        let mut server = server().await;
+        let up = upstream(&server.url);
+        for _ in 0..3 {
+            ok(&up, "/keep").await;
+        }
+        assert_eq!(server.opened.load(Ordering::SeqCst), 1);
+        assert_eq!(up.http1_idle_connections(), 1);
+
+        // the upstream closes the idle connection: the next request finds out and reconnects
+        ok(&up, "/close").await;
+        server.server_closed.recv().await.unwrap();
+        // after the I/O driver has seen the close
+        tokio::task::yield_now().await;
+        ok(&up, "/keep").await;
+        assert_eq!(server.opened.load(Ordering::SeqCst), 2);
+        assert_eq!(up.http1_idle_connections(), 1);
+        server.task.abort();
+    }
+
+    #[tokio::test]
+    async fn a_response_dropped_before_its_end_closes_its_connection() {
+        let server = server().await;
+        let up = upstream(&server.url);
+        let partial = up.open("/partial", HeaderMap::new()).await.unwrap();
+        assert_eq!(partial.status(), http::StatusCode::OK);
+        drop(partial);
+        assert_eq!(up.http1_idle_connections(), 0);
+        ok(&up, "/keep").await;
+        assert_eq!(server.opened.load(Ordering::SeqCst), 2);
+        // the cut-short exchange's connection was closed, not left open
+        for _ in 0..1000 {
+            if server.closed_by_client.load(Ordering::SeqCst) == 1 {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(server.closed_by_client.load(Ordering::SeqCst), 1);
+        server.task.abort();
+    }
+}
