@@ -30,6 +30,13 @@ fn gvrs(groups: &[ApiGroupDiscovery]) -> BTreeSet<(String, String, String)> {
         .collect()
 }
 
+fn lists_a_version_twice(doc: &ApiGroupDiscoveryList) -> bool {
+    doc.items.iter().any(|g| {
+        let mut seen = BTreeSet::new();
+        !g.versions.iter().all(|v| seen.insert(v.version.as_str()))
+    })
+}
+
 fuzz_target!(|data: &[u8]| {
     let docs: Vec<ApiGroupDiscoveryList> = common::parts(data)
         .into_iter()
@@ -71,8 +78,14 @@ fuzz_target!(|data: &[u8]| {
         let peer = snap.peer(&(*name).into()).expect("peer");
         want.extend(gvrs(&peer.view.as_ref().expect("fetched").apis));
     }
-    let missing: Vec<_> = want.difference(&have).collect();
-    assert!(missing.is_empty(), "the merge lost {missing:?}");
+    // A group listing one version twice is no document a server sends (kube-apiserver builds
+    // each group's versions from a map); the merge, like upstream's, keys versions by name, so
+    // there the union holds only per name. Found by this target: such an input is
+    // `corpus/merge/regress-duplicate-version`.
+    if !docs.iter().any(lists_a_version_twice) {
+        let missing: Vec<_> = want.difference(&have).collect();
+        assert!(missing.is_empty(), "the merge lost {missing:?}");
+    }
 
     // peers in any order: the same result
     let local_apis = &local.apis;
