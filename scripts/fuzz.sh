@@ -28,6 +28,9 @@ if ! cargo "+$toolchain" fuzz --version >/dev/null 2>&1; then
   exit 2
 fi
 
+# The sanitizer build takes minutes from cold; it is kept in the user's cache directory, like
+# the Go binaries of the conformance suite, so a fresh clone (CI's) rebuilds only what changed.
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/mvproxy/fuzz-target}"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 nice -n 10 cargo "+$toolchain" fuzz build --fuzz-dir fuzz -O >&2
