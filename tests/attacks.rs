@@ -46,10 +46,20 @@ fn reached(c: &Cluster, needle: &str) -> Vec<String> {
         .collect()
 }
 
+/// Served by both releases: proxy A sends it to its local API server.
+const CONFIGMAPS: &str = "/api/v1/namespaces/default/configmaps";
+/// Only 1.31 (apiserver-b) serves this GVR: from proxy A it takes the peer hop.
+const OLD_ONLY: &str = "/apis/resource.k8s.io/v1alpha3/namespaces/default/podschedulingcontexts";
+
 /// A `POST` of configmaps whose framing headers are `framing`, with `body` as its bytes.
 fn post(framing: &str, body: &str) -> String {
+    post_to(CONFIGMAPS, framing, body)
+}
+
+/// A `POST` to `path` whose framing headers are `framing`, with `body` as its bytes.
+fn post_to(path: &str, framing: &str, body: &str) -> String {
     format!(
-        "POST /api/v1/namespaces/default/configmaps HTTP/1.1\r\nHost: 127.0.0.1\r\n\
+        "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\
          Content-Type: application/json\r\n{framing}\r\n{body}"
     )
 }
@@ -172,8 +182,39 @@ async fn ambiguous_framing_is_refused_and_no_smuggled_request_reaches_an_upstrea
         ),
     ];
 
+    // The same on the peer hop (proxy A to proxy B to apiserver-b), where a desync would
+    // poison a pooled connection between the proxies.
+    let peer_cl_te = format!("0\r\n\r\n{}", hidden("peer-cl-te"));
+    let peer_two_cl = hidden("peer-two-cl");
+    let cases = cases.into_iter().chain([
+        (
+            "peer route: Content-Length then Transfer-Encoding",
+            post_to(
+                OLD_ONLY,
+                &format!(
+                    "Content-Length: {}\r\nTransfer-Encoding: chunked\r\n",
+                    peer_cl_te.len()
+                ),
+                &peer_cl_te,
+            ),
+            Expect::ChunkedThenClosed,
+        ),
+        (
+            "peer route: two differing Content-Length headers",
+            post_to(
+                OLD_ONLY,
+                &format!(
+                    "Content-Length: 2\r\nContent-Length: {}\r\n",
+                    2 + peer_two_cl.len()
+                ),
+                &format!("{{}}{peer_two_cl}"),
+            ),
+            Expect::Refused,
+        ),
+    ]);
+
     let mut forwarded = 0;
-    for (what, bytes, expect) in &cases {
+    for (what, bytes, expect) in cases {
         let (codes, text) = exchange(c.proxy_a.listen, bytes.as_bytes()).await;
         // At most one response on the connection: the hidden request was never read as a
         // request of its own.
@@ -195,7 +236,8 @@ async fn ambiguous_framing_is_refused_and_no_smuggled_request_reaches_an_upstrea
     );
     // No refused POST was forwarded (not even with a truncated body); those forwarded carry
     // one framing only, so the API server cannot read their body another way.
-    let posts = requests_for(&c.a, "/configmaps");
+    let mut posts = requests_for(&c.a, CONFIGMAPS);
+    posts.extend(requests_for(&c.b, OLD_ONLY));
     assert_eq!(posts.len(), forwarded, "{posts:?}");
     for p in &posts {
         let te = p.headers.get(http::header::TRANSFER_ENCODING);
@@ -205,9 +247,11 @@ async fn ambiguous_framing_is_refused_and_no_smuggled_request_reaches_an_upstrea
             "{p:?}"
         );
     }
-    assert!(requests_for(&c.b, "/configmaps").is_empty());
+    assert!(requests_for(&c.b, CONFIGMAPS).is_empty());
+    assert!(requests_for(&c.a, OLD_ONLY).is_empty());
 
     // The same connection handling still serves a well-framed request.
+    let before = requests_for(&c.a, CONFIGMAPS).len();
     let body = r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"fine"}}"#;
     let (codes, text) = exchange(
         c.proxy_a.listen,
@@ -219,7 +263,7 @@ async fn ambiguous_framing_is_refused_and_no_smuggled_request_reaches_an_upstrea
     )
     .await;
     assert_eq!(codes, [201], "{text}");
-    assert_eq!(requests_for(&c.a, "/configmaps").len(), forwarded + 1);
+    assert_eq!(requests_for(&c.a, CONFIGMAPS).len(), before + 1);
 }
 
 /// A `GET` of `target` as sent, closing after the answer.
