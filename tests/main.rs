@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod admin;
+mod attacks;
 mod cli;
 mod client_body;
 mod cluster;
