@@ -29,8 +29,8 @@ use opentelemetry::trace::{
 };
 use opentelemetry_sdk::trace::{IdGenerator, RandomIdGenerator, SdkTracer};
 
-/// An attribute of a span or event.
-pub use opentelemetry::KeyValue;
+/// An attribute of a span or event, and its value.
+pub use opentelemetry::{KeyValue, StringValue, Value};
 
 use crate::propagation;
 

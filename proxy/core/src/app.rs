@@ -29,6 +29,7 @@ use crate::kubeconfig::KubeConfig;
 use crate::peers::KubeSource;
 use crate::readiness::Readiness;
 use crate::server::{self, App};
+use crate::spans;
 use crate::tls::reload::Reloader;
 use crate::tls::{self, TlsError};
 
@@ -199,8 +200,7 @@ pub async fn start(config: &Config, sockets: Sockets) -> Result<Running, StartEr
     ));
     let app = Arc::new(App {
         auth,
-        server_id: config.server_id.clone(),
-        listen,
+        listener: spans::ListenerAttributes::new(listen, &config.server_id),
         local,
         cache: cache.clone(),
         metrics,

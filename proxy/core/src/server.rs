@@ -48,9 +48,8 @@ impl<B> ClientBody for B where B: http_body::Body<Data = Bytes> + Send + Sync + 
 pub(crate) struct App {
     /// Turns a connection's client certificate into the identity headers upstreams see.
     pub auth: Authenticator,
-    pub server_id: ServerName,
-    /// The proxy listener's address (the `server.*` attributes of server spans).
-    pub listen: SocketAddr,
+    /// The proxy listener's address, and the server id, as server spans' attributes.
+    pub listener: spans::ListenerAttributes,
     pub local: Upstream,
     pub cache: Arc<Cache>,
     pub metrics: Arc<Metrics>,
@@ -80,14 +79,7 @@ where
 
     // 1. classify
     let info = classify(&method, &path, req.uri().query());
-    let span = spans::server(
-        &method,
-        req.uri(),
-        &info,
-        &app.server_id,
-        app.listen,
-        req.headers(),
-    );
+    let span = spans::server(&method, req.uri(), &info, &app.listener, req.headers());
 
     // 2. look up and decide
     let snap = app.cache.load();

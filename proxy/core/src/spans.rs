@@ -9,10 +9,12 @@
 //! unsampled request costs the sampler's decision and no more.
 
 use std::borrow::Cow;
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock, PoisonError, RwLock};
 
 use http::{Method, StatusCode, Uri};
 use mvproxy_telemetry::metrics::values;
-use mvproxy_telemetry::trace::{KeyValue, RequestSpan};
+use mvproxy_telemetry::trace::{KeyValue, RequestSpan, StringValue, Value};
 
 use crate::classify::RequestInfo;
 use crate::discovery::ServerName;
@@ -20,10 +22,77 @@ use crate::error::ProxyError;
 use crate::route::Route;
 
 /// `{method} {route}`, with the templated route (or just the method for non-resource paths).
+/// Both parts come from closed sets for the standard methods (the classifier's route
+/// templates are `'static`), so each name is formatted once per process and then shared;
+/// only an extension method's name is formatted per span.
 fn span_name(method: &Method, info: &RequestInfo) -> Cow<'static, str> {
-    match info.route_template() {
-        Some(route) => Cow::Owned(format!("{method} {route}")),
-        None => Cow::Owned(method.to_string()),
+    let route = info.route_template();
+    let Some(m) = standard_method(method) else {
+        return Cow::Owned(match route {
+            Some(route) => format!("{method} {route}"),
+            None => method.to_string(),
+        });
+    };
+    let Some(route) = route else {
+        return Cow::Borrowed(m);
+    };
+    // Keyed by the two `'static` strings' addresses: at most 9 methods × the templates.
+    static NAMES: OnceLock<RwLock<HashMap<(usize, usize), &'static str>>> = OnceLock::new();
+    let names = NAMES.get_or_init(Default::default);
+    let key = (m.as_ptr() as usize, route.as_ptr() as usize);
+    if let Some(name) = names
+        .read()
+        .unwrap_or_else(PoisonError::into_inner)
+        .get(&key)
+    {
+        return Cow::Borrowed(name);
+    }
+    let mut names = names.write().unwrap_or_else(PoisonError::into_inner);
+    let name = *names
+        .entry(key)
+        .or_insert_with(|| Box::leak(format!("{m} {route}").into_boxed_str()));
+    Cow::Borrowed(name)
+}
+
+/// The method's name as a `'static` string, for the methods HTTP defines.
+fn standard_method(method: &Method) -> Option<&'static str> {
+    Some(match *method {
+        Method::GET => "GET",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::PATCH => "PATCH",
+        Method::DELETE => "DELETE",
+        Method::HEAD => "HEAD",
+        Method::OPTIONS => "OPTIONS",
+        Method::CONNECT => "CONNECT",
+        Method::TRACE => "TRACE",
+        _ => return None,
+    })
+}
+
+/// A method as an attribute value: shared for the standard ones, copied otherwise.
+fn method_value(method: &Method) -> Value {
+    match standard_method(method) {
+        Some(m) => Value::from(m),
+        None => Value::from(method.as_str().to_owned()),
+    }
+}
+
+/// The attribute values of the listener that are the same on every server span, built once.
+#[derive(Debug, Clone)]
+pub(crate) struct ListenerAttributes {
+    address: Value,
+    port: Value,
+    server_id: Value,
+}
+
+impl ListenerAttributes {
+    pub(crate) fn new(listen: std::net::SocketAddr, server_id: &ServerName) -> Self {
+        Self {
+            address: Value::from(StringValue::from(Arc::<str>::from(listen.ip().to_string()))),
+            port: Value::I64(i64::from(listen.port())),
+            server_id: Value::from(StringValue::from(server_id.shared())),
+        }
     }
 }
 
@@ -32,19 +101,19 @@ pub(crate) fn server(
     method: &Method,
     uri: &Uri,
     info: &RequestInfo,
-    server_id: &ServerName,
-    listen: std::net::SocketAddr,
+    listener: &ListenerAttributes,
     headers: &http::HeaderMap,
 ) -> RequestSpan {
     let span = RequestSpan::server(headers, || span_name(method, info));
     if span.is_recording() {
-        let mut attrs = vec![
-            KeyValue::new("http.request.method", method.as_str().to_owned()),
+        let mut attrs = Vec::with_capacity(9);
+        attrs.extend([
+            KeyValue::new("http.request.method", method_value(method)),
             KeyValue::new("url.path", uri.path().to_owned()),
-            KeyValue::new("server.address", listen.ip().to_string()),
-            KeyValue::new("server.port", i64::from(listen.port())),
-            KeyValue::new("mvproxy.server_id", server_id.to_string()),
-        ];
+            KeyValue::new("server.address", listener.address.clone()),
+            KeyValue::new("server.port", listener.port.clone()),
+            KeyValue::new("mvproxy.server_id", listener.server_id.clone()),
+        ]);
         if let RequestInfo::Resource(r) = info {
             attrs.push(KeyValue::new("k8s.api.group", r.gvr.group.clone()));
             attrs.push(KeyValue::new("k8s.api.version", r.gvr.version.clone()));
@@ -68,7 +137,7 @@ pub(crate) fn decided(span: &RequestSpan, route: &Route) {
         KeyValue::new("mvproxy.reason", route.reason()),
     ]);
     if let Route::Peer(p) = route {
-        span.set_attributes([KeyValue::new("mvproxy.peer", p.to_string())]);
+        span.set_attributes([KeyValue::new("mvproxy.peer", StringValue::from(p.shared()))]);
     }
 }
 
@@ -82,16 +151,17 @@ pub(crate) fn client(
 ) -> RequestSpan {
     let span = server.client(|| span_name(method, info));
     if span.is_recording() {
-        let mut attrs = vec![
-            KeyValue::new("http.request.method", method.as_str().to_owned()),
+        let mut attrs = Vec::with_capacity(4);
+        attrs.extend([
+            KeyValue::new("http.request.method", method_value(method)),
             KeyValue::new(
                 "server.address",
                 upstream.host().unwrap_or_default().to_owned(),
             ),
             KeyValue::new("server.port", i64::from(crate::forward::port_of(upstream))),
-        ];
+        ]);
         if let Some(p) = peer {
-            attrs.push(KeyValue::new("mvproxy.peer", p.to_string()));
+            attrs.push(KeyValue::new("mvproxy.peer", StringValue::from(p.shared())));
         }
         span.set_attributes(attrs);
     }
@@ -176,11 +246,22 @@ mod tests {
             ("GET", "/apis", "GET /apis"),
             ("GET", "/apis/apps/v1", "GET /apis/{group}/{version}"),
             ("GET", "/healthz", "GET"),
+            // an extension method: formatted for the span, never kept
+            ("PURGE", "/api/v1/pods", "PURGE /api/{version}/{resource}"),
+            ("PURGE", "/healthz", "PURGE"),
         ];
         for (method, path, want) in cases {
             let method: Method = method.parse().unwrap();
             let info = classify(&method, path, None);
             assert_eq!(span_name(&method, &info), want, "{path}");
+            // the same name again: a standard method's is the one formatted the first time
+            let (first, again) = (span_name(&method, &info), span_name(&method, &info));
+            let shared = matches!((&first, &again), (Cow::Borrowed(a), Cow::Borrowed(b)) if std::ptr::eq(*a, *b));
+            assert_eq!(
+                shared,
+                standard_method(&method).is_some(),
+                "{method} {path}"
+            );
         }
     }
 }

@@ -116,8 +116,10 @@ impl Harness {
         ));
         let app = Arc::new(App {
             auth: Authenticator::new(None, None, HeaderNames::default()),
-            server_id: "apiserver-a".into(),
-            listen: "127.0.0.1:6443".parse().expect("addr"),
+            listener: crate::spans::ListenerAttributes::new(
+                "127.0.0.1:6443".parse().expect("addr"),
+                &"apiserver-a".into(),
+            ),
             local,
             cache,
             metrics,

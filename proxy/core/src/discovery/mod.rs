@@ -31,6 +31,11 @@ impl ServerName {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+
+    /// The name, shared (a span attribute holds it without a copy).
+    pub fn shared(&self) -> Arc<str> {
+        self.0.clone()
+    }
 }
 
 impl From<&str> for ServerName {
