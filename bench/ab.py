@@ -10,10 +10,15 @@ layout as bench/loadtest.py (whose setup it reuses): upstream nginx and the prox
 0, wrk (32 connections, closed loop) and the sink on core 1, everything on 127.0.0.1.
 Every configuration runs once per repeat, interleaved, so that the machine's noise hits
 them alike; the table gives medians over REPS repeats (default 4) of D (default 3s).
+LATENCY=1 also measures, after each closed-loop run, latency at RATE req/s (default 2000, oha
+open loop, 16 connections, latency-corrected) for D: the table then gives medians of p50 and p99,
+and the p99 as a ratio to nginx's in the same repeat (other processes on the shared cores push
+every configuration's tail alike; interleaving is what makes the ratio mean something).
 PERF=SUBSTRING records a `perf` profile (PERFARGS, default -g) of the first matching
 configuration into target/loadtest/.
 """
 
+import json
 import os
 import shutil
 import statistics
@@ -21,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import loadtest as lt  # noqa: E402
@@ -37,6 +43,19 @@ def cpu_split(pids):
         except OSError:
             pass
     return user / lt.TICK, system / lt.TICK
+
+
+def sink_bytes():
+    """Bytes of spans the OTLP sink has received so far."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{lt.SINK}/") as resp:
+        return json.load(resp)["bytes"]
+
+
+def tcp_segments():
+    """TCP segments sent by the whole network namespace (loopback: each is also received)."""
+    with open("/proc/net/snmp") as f:
+        rows = [line.split() for line in f if line.startswith("Tcp:")]
+    return int(rows[1][rows[0].index("OutSegs")])
 
 
 def syscalls(pids, run):
@@ -114,25 +133,58 @@ def main():
                                             + ["-o", data, "-p", ",".join(map(str, tree))],
                                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                     time.sleep(0.3)
+                sink0 = sink_bytes()
                 u0, s0 = cpu_split(tree)
+                seg0 = tcp_segments()
                 (n, rps), calls = syscalls(tree, lambda: lt.wrk(port, duration, 32))
+                seg1 = tcp_segments()
                 u1, s1 = cpu_split(tree)
                 if perf:
                     perf.send_signal(2)
                     perf.wait()
                     print(f"  profile: {data}", flush=True)
-                r = ((u1 - u0 + s1 - s0) / n * 1e6, (u1 - u0) / n * 1e6, (s1 - s0) / n * 1e6, calls / n)
+                exported = float("nan")
+                if "@" in name:
+                    # what reached the sink: the batch processor sends what is left of a batch
+                    # after its 5 s schedule delay; a span dropped from a full queue never comes
+                    time.sleep(6)
+                    exported = (sink_bytes() - sink0) / n
+                p50 = p99 = exported_open = float("nan")
+                if os.environ.get("LATENCY") == "1":
+                    sink1 = sink_bytes()
+                    m, _, p50, p99 = lt.oha(port, duration, False, rate=int(os.environ.get("RATE", "2000")))
+                    if "@" in name:
+                        time.sleep(6)
+                        exported_open = (sink_bytes() - sink1) / m
+                r = ((u1 - u0 + s1 - s0) / n * 1e6, (u1 - u0) / n * 1e6, (s1 - s0) / n * 1e6, calls / n,
+                     (seg1 - seg0) / n, p50, p99, exported, exported_open)
                 results.setdefault(name, []).append(r)
                 print(f"  [{rep + 1}] {os.path.basename(name):24} {r[0]:6.1f} µs/req (user {r[1]:5.1f}, "
-                      f"system {r[2]:5.1f}), {r[3]:4.2f} syscalls/req, {rps:7.0f} req/s", flush=True)
+                      f"system {r[2]:5.1f}), {r[3]:4.2f} syscalls/req, {r[4]:4.2f} segments/req, {rps:7.0f} req/s"
+                      + (f", {exported:4.0f} span bytes exported/req" if exported == exported else "")
+                      + (f", p50 {p50:5.0f} µs, p99 {p99:6.0f} µs" if p99 == p99 else ""), flush=True)
         print(f"\nmedians of {reps} repeats of {duration}; ratio = CPU per request / nginx's in the same repeat\n")
-        print("| configuration | CPU per request | user | system | syscalls per request | vs nginx (min–max) |")
-        print("| --- | --- | --- | --- | --- | --- |")
+        print("| configuration | CPU per request | user | system | syscalls per request | TCP segments per request | "
+              "vs nginx (min–max) |")
+        print("| --- | --- | --- | --- | --- | --- | --- |")
+        latency = []
         for name, v in results.items():
             ratios = [a[0] / b[0] for a, b in zip(v, results["nginx"])]
-            med = [statistics.median(x[i] for x in v) for i in range(4)]
+            med = [statistics.median(x[i] for x in v) for i in range(9)]
             print(f"| {os.path.basename(name)} | {med[0]:.1f} µs | {med[1]:.1f} µs | {med[2]:.1f} µs | {med[3]:.2f} | "
-                  f"{statistics.median(ratios):.2f} ({min(ratios):.2f}–{max(ratios):.2f}) |")
+                  f"{med[4]:.2f} | {statistics.median(ratios):.2f} ({min(ratios):.2f}–{max(ratios):.2f}) |"
+                  + (f" {med[7]:.0f} span bytes exported per request |" if med[7] == med[7] else ""))
+            if med[6] == med[6]:
+                tails = [a[6] / b[6] for a, b in zip(v, results["nginx"])]
+                latency.append(f"| {os.path.basename(name)} | {med[5]:.0f} µs | {med[6]:.0f} µs | "
+                               f"{statistics.median(tails):.2f} ({min(tails):.2f}–{max(tails):.2f}) |"
+                               + (f" {med[8]:.0f} span bytes exported per request |" if med[8] == med[8] else ""))
+        if latency:
+            print(f"\nat {os.environ.get('RATE', '2000')} req/s (oha, open loop), medians of {reps} repeats\n")
+            print("| configuration | p50 | p99 | p99 vs nginx (min–max) |")
+            print("| --- | --- | --- | --- |")
+            print("\n".join(latency))
+        print(f"\nload average at the end: {os.getloadavg()[0]:.2f} (1 min), {os.getloadavg()[1]:.2f} (5 min)")
     finally:
         procs.stop()
         shutil.rmtree(work, ignore_errors=True)
