@@ -672,13 +672,14 @@ mod tests {
 
     #[test]
     fn requests_counted_through_cached_handles_land_in_their_series() {
+        use values::{REASON_PEER_ONLY, REASON_SERVED_LOCALLY, ROUTE_LOCAL, ROUTE_PEER};
         let mut registry = Registry::default();
         let m = Metrics::register(&mut registry);
         // (route, reason, peer, code, how many times)
         let counted = [
-            (values::ROUTE_LOCAL, values::REASON_SERVED_LOCALLY, "", 200, 3),
-            (values::ROUTE_LOCAL, values::REASON_SERVED_LOCALLY, "", 404, 1),
-            (values::ROUTE_PEER, values::REASON_PEER_ONLY, "b", 200, 2),
+            (ROUTE_LOCAL, REASON_SERVED_LOCALLY, "", 200, 3),
+            (ROUTE_LOCAL, REASON_SERVED_LOCALLY, "", 404, 1),
+            (ROUTE_PEER, REASON_PEER_ONLY, "b", 200, 2),
         ];
         for (route, reason, peer, code, times) in counted {
             for _ in 0..times {
