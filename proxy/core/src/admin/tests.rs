@@ -88,7 +88,7 @@ async fn debug_discovery_shows_each_server_and_the_skew() {
             (
                 "apiserver-b".to_owned(),
                 false,
-                Some("connection refused".to_owned())
+                Some("GET /api: apiserver-b could not be reached: connection refused".to_owned())
             ),
         ]
     );
