@@ -249,29 +249,42 @@ fn namespaces() {
     ]);
 }
 
+/// `GET /api/v1/pods?{query}` for each `(query, name, verb)`: a list or watch of every
+/// namespace's pods, of the one named `name` if not empty.
+fn check_pods_query(cases: &[(&str, &str, &'static str)]) {
+    for &(query, name, verb) in cases {
+        let url = format!("/api/v1/pods?{query}");
+        assert_eq!(
+            run(&GET, &url),
+            res("", "v1", "pods", "", name, "", verb),
+            "GET {url:?}"
+        );
+    }
+}
+
 #[test]
 #[rustfmt::skip]
 fn watch_query_values() {
     // Upstream: any first value other than "0" or "false" (any case) is a
     // watch, including an empty one; later values are ignored.
-    check(&[
-        (GET, "/api/v1/pods?watch", res("", "v1", "pods", "", "", "", "watch")),
-        (GET, "/api/v1/pods?watch=", res("", "v1", "pods", "", "", "", "watch")),
-        (GET, "/api/v1/pods?watch=FALSE", res("", "v1", "pods", "", "", "", "list")),
-        (GET, "/api/v1/pods?watch=f", res("", "v1", "pods", "", "", "", "watch")),
-        (GET, "/api/v1/pods?watch=yes", res("", "v1", "pods", "", "", "", "watch")),
-        (GET, "/api/v1/pods?watch=0&watch=1", res("", "v1", "pods", "", "", "", "list")),
-        (GET, "/api/v1/pods?watch=1&watch=0", res("", "v1", "pods", "", "", "", "watch")),
-        (GET, "/api/v1/pods?wat%63h=1", res("", "v1", "pods", "", "", "", "watch")),
-        (GET, "/api/v1/pods?watch=%31", res("", "v1", "pods", "", "", "", "watch")),
-        (GET, "/api/v1/pods?Watch=1", res("", "v1", "pods", "", "", "", "list")),
-        (GET, "/api/v1/pods?resourceVersion=0&watch=true&allowWatchBookmarks=true", res("", "v1", "pods", "", "", "", "watch")),
+    check_pods_query(&[
+        ("watch", "", "watch"),
+        ("watch=", "", "watch"),
+        ("watch=FALSE", "", "list"),
+        ("watch=f", "", "watch"),
+        ("watch=yes", "", "watch"),
+        ("watch=0&watch=1", "", "list"),
+        ("watch=1&watch=0", "", "watch"),
+        ("wat%63h=1", "", "watch"),
+        ("watch=%31", "", "watch"),
+        ("Watch=1", "", "list"),
+        ("resourceVersion=0&watch=true&allowWatchBookmarks=true", "", "watch"),
         // Pairs with ';' or a bad escape are dropped by Go's ParseQuery.
-        (GET, "/api/v1/pods?watch=1;x", res("", "v1", "pods", "", "", "", "list")),
-        (GET, "/api/v1/pods?watch=%zz&watch=1", res("", "v1", "pods", "", "", "", "watch")),
+        ("watch=1;x", "", "list"),
+        ("watch=%zz&watch=1", "", "watch"),
         // EqualFold folds U+017F to 's' when options decode; ToLower does not.
-        (GET, "/api/v1/pods?watch=fal%C5%BFe", res("", "v1", "pods", "", "", "", "list")),
-        (GET, "/api/v1/pods?watch=fal%C5%BFe&limit=x", res("", "v1", "pods", "", "", "", "watch")),
+        ("watch=fal%C5%BFe", "", "list"),
+        ("watch=fal%C5%BFe&limit=x", "", "watch"),
     ]);
 }
 
@@ -280,24 +293,26 @@ fn watch_query_values() {
 fn field_selector_names() {
     check(&[
         (GET, "/api/v1/namespaces/ns/pods?fieldSelector=metadata.name%3Dp&watch=1", res("", "v1", "pods", "ns", "p", "", "watch")),
-        (GET, "/api/v1/pods?fieldSelector=metadata.name==p", res("", "v1", "pods", "", "p", "", "list")),
-        (GET, "/api/v1/pods?fieldSelector=metadata.name!=p", res("", "v1", "pods", "", "", "", "list")),
-        (GET, "/api/v1/pods?fieldSelector=spec.nodeName=n,metadata.name=p", res("", "v1", "pods", "", "p", "", "list")),
+    ]);
+    check_pods_query(&[
+        ("fieldSelector=metadata.name==p", "p", "list"),
+        ("fieldSelector=metadata.name!=p", "", "list"),
+        ("fieldSelector=spec.nodeName=n,metadata.name=p", "p", "list"),
         // Sorted term order decides between two names.
-        (GET, "/api/v1/pods?fieldSelector=metadata.name=b,metadata.name=a", res("", "v1", "pods", "", "a", "", "list")),
-        (GET, "/api/v1/pods?fieldSelector=metadata.name=a\\,b", res("", "v1", "pods", "", "a,b", "", "list")),
-        (GET, "/api/v1/pods?fieldSelector=metadata.name=a\\x", res("", "v1", "pods", "", "", "", "list")),
-        (GET, "/api/v1/pods?fieldSelector=metadata.name===p", res("", "v1", "pods", "", "", "", "list")),
-        (GET, "/api/v1/pods?fieldSelector=metadata.name=p,", res("", "v1", "pods", "", "p", "", "list")),
-        (GET, "/api/v1/pods?fieldSelector=+metadata.name=p", res("", "v1", "pods", "", "", "", "list")),
+        ("fieldSelector=metadata.name=b,metadata.name=a", "a", "list"),
+        ("fieldSelector=metadata.name=a\\,b", "a,b", "list"),
+        ("fieldSelector=metadata.name=a\\x", "", "list"),
+        ("fieldSelector=metadata.name===p", "", "list"),
+        ("fieldSelector=metadata.name=p,", "p", "list"),
+        ("fieldSelector=+metadata.name=p", "", "list"),
         // Not a valid path segment name.
-        (GET, "/api/v1/pods?fieldSelector=metadata.name=..", res("", "v1", "pods", "", "", "", "list")),
-        (GET, "/api/v1/pods?fieldSelector=metadata.name=a%2Fb", res("", "v1", "pods", "", "", "", "list")),
-        (GET, "/api/v1/pods?fieldSelector=metadata.name=a%25b", res("", "v1", "pods", "", "", "", "list")),
+        ("fieldSelector=metadata.name=..", "", "list"),
+        ("fieldSelector=metadata.name=a%2Fb", "", "list"),
+        ("fieldSelector=metadata.name=a%25b", "", "list"),
         // Another list option failing to decode drops the name.
-        (GET, "/api/v1/pods?fieldSelector=metadata.name=p&limit=abc", res("", "v1", "pods", "", "", "", "list")),
-        (GET, "/api/v1/pods?fieldSelector=metadata.name=p&timeoutSeconds=&watch=1", res("", "v1", "pods", "", "", "", "watch")),
-        (GET, "/api/v1/pods?fieldSelector=metadata.name=p&limit=500&timeoutSeconds=-1", res("", "v1", "pods", "", "p", "", "list")),
+        ("fieldSelector=metadata.name=p&limit=abc", "", "list"),
+        ("fieldSelector=metadata.name=p&timeoutSeconds=&watch=1", "", "watch"),
+        ("fieldSelector=metadata.name=p&limit=500&timeoutSeconds=-1", "p", "list"),
     ]);
 }
 
