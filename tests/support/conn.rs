@@ -114,7 +114,7 @@ impl H1 {
     pub async fn send(&mut self, req: Request<ReqBody>) -> Result<Resp, String> {
         bounded(async {
             self.sender.ready().await.map_err(|e| e.to_string())?;
-            collect(
+            Resp::collect(
                 self.sender
                     .send_request(req)
                     .await
@@ -168,7 +168,7 @@ impl H2 {
     pub async fn send(&mut self, req: Request<ReqBody>) -> Result<Resp, String> {
         bounded(async {
             self.sender.ready().await.map_err(|e| e.to_string())?;
-            collect(
+            Resp::collect(
                 self.sender
                     .send_request(req)
                     .await
@@ -220,16 +220,6 @@ pub fn client_config(ca_file: &std::path::Path, alpn: &[&str]) -> Arc<rustls::Cl
         .with_no_client_auth();
     config.alpn_protocols = alpn.iter().map(|p| p.as_bytes().to_vec()).collect();
     Arc::new(config)
-}
-
-async fn collect(resp: hyper::Response<Incoming>) -> Result<Resp, String> {
-    let (parts, body) = resp.into_parts();
-    let body = body.collect().await.map_err(|e| e.to_string())?.to_bytes();
-    Ok(Resp {
-        status: parts.status,
-        headers: parts.headers,
-        body,
-    })
 }
 
 /// `fut`, or an error after [`PATIENCE`].
