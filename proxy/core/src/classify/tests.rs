@@ -145,25 +145,30 @@ fn upstream_get_non_api_request_info() {
     ]);
 }
 
-// Upstream TestSelectorParsing (and the older TestFieldSelectorParsing):
-// a metadata.name field selector names the single object of a list/watch.
+// Upstream TestSelectorParsing (and the older TestFieldSelectorParsing), as its
+// (method, url, expected name, expected verb) rows: a metadata.name field selector names
+// the single object of a list/watch of group/version/resource.
 #[test]
 #[rustfmt::skip]
 fn upstream_selector_parsing() {
-    check(&[
-        (GET, "/apis/group/version/resource", res("group", "version", "resource", "", "", "", "list")),
-        (GET, "/apis/group/version/resource?fieldSelector=metadata.name=name1", res("group", "version", "resource", "", "name1", "", "list")),
-        (GET, "/apis/group/version/resource?watch=true&fieldSelector=metadata.name=name1", res("group", "version", "resource", "", "name1", "", "watch")),
-        (GET, "/apis/group/version/resource?fieldSelector=foo=bar&labelSelector=baz=qux", res("group", "version", "resource", "", "", "", "list")),
-        (GET, "/apis/group/version/resource?fieldSelector=metadata.name=name1,foo", res("group", "version", "resource", "", "", "", "list")),
-        (GET, "/apis/group/version/resource?fieldSelector=metadata.name=name1,foo&watch=true", res("group", "version", "resource", "", "", "", "watch")),
-        (GET, "/apis/group/version/resource?fieldSelector=metadata.name=name1,foo&watch=false", res("group", "version", "resource", "", "", "", "list")),
-        (DELETE, "/apis/group/version/resource?fieldSelector=foo=bar&labelSelector=baz=qux", res("group", "version", "resource", "", "", "", "deletecollection")),
-        (GET, "/apis/group/version/resource?fieldSelector=metadata.name=foo&fieldSelector=metadata.name=bar&labelSelector=foo=bar&labelSelector=foo=baz", res("group", "version", "resource", "", "foo", "", "list")),
-        (GET, "/apis/group/version/resource/name?fieldSelector=foo=bar&labelSelector=foo=bar", res("group", "version", "resource", "", "name", "", "get")),
-        (GET, "/apis/group/version/watch/resource?fieldSelector=metadata.name=foo&labelSelector=foo=bar", res("group", "version", "resource", "", "", "", "watch")),
-        (GET, "/apis/group/version/watch/resource/name?fieldSelector=metadata.name=foo&labelSelector=foo=bar", res("group", "version", "resource", "", "name", "", "watch")),
-    ]);
+    let cases: &[(Method, &str, &str, &'static str)] = &[
+        (GET, "/apis/group/version/resource", "", "list"),
+        (GET, "/apis/group/version/resource?fieldSelector=metadata.name=name1", "name1", "list"),
+        (GET, "/apis/group/version/resource?watch=true&fieldSelector=metadata.name=name1", "name1", "watch"),
+        (GET, "/apis/group/version/resource?fieldSelector=foo=bar&labelSelector=baz=qux", "", "list"),
+        (GET, "/apis/group/version/resource?fieldSelector=metadata.name=name1,foo", "", "list"),
+        (GET, "/apis/group/version/resource?fieldSelector=metadata.name=name1,foo&watch=true", "", "watch"),
+        (GET, "/apis/group/version/resource?fieldSelector=metadata.name=name1,foo&watch=false", "", "list"),
+        (DELETE, "/apis/group/version/resource?fieldSelector=foo=bar&labelSelector=baz=qux", "", "deletecollection"),
+        (GET, "/apis/group/version/resource?fieldSelector=metadata.name=foo&fieldSelector=metadata.name=bar&labelSelector=foo=bar&labelSelector=foo=baz", "foo", "list"),
+        (GET, "/apis/group/version/resource/name?fieldSelector=foo=bar&labelSelector=foo=bar", "name", "get"),
+        (GET, "/apis/group/version/watch/resource?fieldSelector=metadata.name=foo&labelSelector=foo=bar", "", "watch"),
+        (GET, "/apis/group/version/watch/resource/name?fieldSelector=metadata.name=foo&labelSelector=foo=bar", "name", "watch"),
+    ];
+    for (method, url, name, verb) in cases {
+        let want = res("group", "version", "resource", "", name, "", verb);
+        assert_eq!(run(method, url), want, "{method} {url:?}");
+    }
 }
 
 // Further cases derived from reading requestinfo.go.
