@@ -616,12 +616,34 @@ upgrade() {
   stop_load
 }
 
-# Through mvproxy: B goes back to $OLD first (both old), mvproxy A' and B' stay up throughout.
+# mvp_footprint NAME: "RSS KiB/open descriptors" of a running mvproxy.
+mvp_footprint() { echo "$(cp_rss_kib "$1") KiB/$(ls "/proc/$(cp_pid "$1")/fd" 2>/dev/null | wc -l) fds"; }
+# mvp_stop_clean NAME: SIGTERM, then its exit code (a hang past 30 s counts as a failure).
+mvp_stop_clean() {
+  local pid rc=0
+  pid=$(cp_pid "$1")
+  kill -TERM "$pid" 2>/dev/null || return 1
+  timeout 30 tail --pid="$pid" -f /dev/null || { cp_stop "$1"; return 1; }
+  wait "$pid" 2>/dev/null || rc=$?
+  awk -v n="$1" '$1 != n' "$CP_DIR/pids" >"$CP_DIR/pids.tmp" && mv "$CP_DIR/pids.tmp" "$CP_DIR/pids"
+  return "$rc"
+}
+
+# Through mvproxy: B goes back to $OLD first (both old), mvproxy A' and B' stay up throughout,
+# while their real API servers restart under load (the chaos soak's stand-ins made real).
 restart_node b "$B_IP" "$OLD" ""
 sleep 6
+fp_before="A' $(mvp_footprint mvproxy-a), B' $(mvp_footprint mvproxy-b)"
 upgrade mvproxy "https://$MA_IP:7443,https://$MB_IP:7443" ""
-cp_stop mvproxy-a
-cp_stop mvproxy-b
+fp_after="A' $(mvp_footprint mvproxy-a), B' $(mvp_footprint mvproxy-b)"
+clean_exit=""
+for n in mvproxy-a mvproxy-b; do
+  mvp_stop_clean "$n" || clean_exit+="$n did not exit 0 on SIGTERM; "
+done
+panics=$(grep -l -i 'panicked' "$CP_DIR/logs/mvproxy-a.log" "$CP_DIR/logs/mvproxy-b.log" 2>/dev/null || true)
+check "mvproxy A' and B' through the rolling upgrade: no panic, exit 0 on SIGTERM" \
+  "${clean_exit}${panics:+panic in $panics; }before: $fp_before; after: $fp_after (measured)" \
+  test -z "$clean_exit$panics"
 
 # ---- control plane 2: upstream's Mixed Version Proxy on ---------------------------------------
 
