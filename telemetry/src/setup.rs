@@ -6,7 +6,7 @@
 //! which exports on its own thread: a slow or dead collector fills (and then drops from) a
 //! bounded queue, it never blocks a request. Nor does the export's CPU time: the exporter's
 //! threads (the batch processor's, the HTTP client's) run in Linux's lowest scheduling class,
-//! `SCHED_IDLE` ([`provider_at_idle_priority`]), so a request thread that wakes up takes the
+//! `SCHED_IDLE` (`provider_at_idle_priority`), so a request thread that wakes up takes the
 //! core from them at once instead of waiting out a time slice while a batch is encoded; when
 //! the proxy keeps its cores busy, the queue fills and spans are dropped rather than requests
 //! delayed. Log lines go through `tracing`, which carries no
