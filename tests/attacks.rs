@@ -8,9 +8,9 @@
 use std::net::SocketAddr;
 
 use http::Method;
+use integration::conn::{RawAnswer, ReadUntil, raw_exchange};
 use integration::*;
 use mvproxy::classify::{RequestInfo, classify};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::cluster::Cluster;
 
@@ -18,23 +18,12 @@ use crate::cluster::Cluster;
 /// path holds it was smuggled.
 const SMUGGLED: &str = "smuggled";
 
-/// Writes `bytes` as they are and reads until the proxy closes the connection (bounded by
-/// [`PATIENCE`]; every request sent here makes the server close: `Connection: close`, a
-/// refusal, or framing it will not reuse the connection after). No half-close: hyper reads
-/// one as the client leaving and drops the request in flight. Returns the status codes of every response in order, and the
-/// text.
-async fn exchange(addr: SocketAddr, bytes: &[u8]) -> (Vec<u16>, String) {
-    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-    s.write_all(bytes).await.unwrap();
-    let mut got = Vec::new();
-    let read = tokio::time::timeout(PATIENCE, s.read_to_end(&mut got)).await;
-    assert!(read.is_ok(), "the proxy neither answered nor closed");
-    let text = String::from_utf8_lossy(&got).into_owned();
-    let codes = text
-        .match_indices("HTTP/1.1 ")
-        .filter_map(|(i, m)| text.get(i + m.len()..i + m.len() + 3)?.parse().ok())
-        .collect();
-    (codes, text)
+/// Writes `bytes` as they are and reads every response until the proxy closes the
+/// connection: every request sent here makes it close (`Connection: close`, a refusal, or
+/// framing it will not reuse the connection after). No half-close: hyper reads one as the
+/// client leaving and drops the request in flight.
+async fn exchange(addr: SocketAddr, bytes: &[u8]) -> RawAnswer {
+    raw_exchange(addr, bytes, false, ReadUntil::Closed).await
 }
 
 /// Every request either stand-in recorded whose path contains `needle`.
@@ -70,6 +59,39 @@ fn hidden(tag: &str) -> String {
     format!("GET /api/v1/namespaces/{SMUGGLED}-{tag}/secrets HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
 }
 
+/// A chunked body that ends at once, then the request hidden as `tag`.
+fn last_chunk_then_hidden(tag: &str) -> String {
+    format!("0\r\n\r\n{}", hidden(tag))
+}
+
+/// A `POST` to `path` with Content-Length and Transfer-Encoding together (in either order): by
+/// Content-Length the hidden request is body, by chunked framing it is a second request.
+fn content_length_and_chunked(path: &str, tag: &str, chunked_first: bool) -> String {
+    let body = last_chunk_then_hidden(tag);
+    let cl = format!("Content-Length: {}\r\n", body.len());
+    let te = "Transfer-Encoding: chunked\r\n";
+    let framing = if chunked_first {
+        format!("{te}{cl}")
+    } else {
+        format!("{cl}{te}")
+    };
+    post_to(path, &framing, &body)
+}
+
+/// A `POST` to `path` with two differing Content-Length headers: by the first the hidden
+/// request is a request, by the second it is body.
+fn two_content_lengths(path: &str, tag: &str) -> String {
+    let hidden = hidden(tag);
+    post_to(
+        path,
+        &format!(
+            "Content-Length: 2\r\nContent-Length: {}\r\n",
+            2 + hidden.len()
+        ),
+        &format!("{{}}{hidden}"),
+    )
+}
+
 /// What mvproxy does with a request whose framing is ambiguous.
 enum Expect {
     /// `400`, or the connection closed unanswered.
@@ -82,43 +104,26 @@ enum Expect {
 async fn ambiguous_framing_is_refused_and_no_smuggled_request_reaches_an_upstream() {
     let c = Cluster::start().await;
 
-    // Content-Length and Transfer-Encoding together (either order): by Content-Length the
-    // hidden request is body, by chunked framing it is a second request.
-    let te_cl_tail = format!("0\r\n\r\n{}", hidden("te-cl"));
-    let cl_te_tail = format!("0\r\n\r\n{}", hidden("cl-te"));
     // Content-Length shorter than the chunked body: by Content-Length the rest is a request.
     let short_chunk = format!("{:x}\r\n{}\r\n0\r\n\r\n", 4 + hidden("short").len(), {
         let mut s = String::from("{}\r\n");
         s.push_str(&hidden("short"));
         s
     });
-    // Two differing Content-Length headers: by the first the hidden request is body, by the
-    // second it is a request.
-    let two_cl = hidden("two-cl");
     // Both framings (RFC 9112 section 6.3): Transfer-Encoding wins, the Content-Length is
     // dropped, and the connection is closed after the answer, so nothing after the chunked
-    // body is read as a request. Every other ambiguity is refused with 400.
+    // body is read as a request. Every other ambiguity is refused with 400. The peer route's
+    // cases are the same on the peer hop (proxy A to proxy B to apiserver-b), where a desync
+    // would poison a pooled connection between the proxies.
     let cases: Vec<(&str, String, Expect)> = vec![
         (
             "Content-Length then Transfer-Encoding",
-            post(
-                &format!(
-                    "Content-Length: {}\r\nTransfer-Encoding: chunked\r\n",
-                    te_cl_tail.len()
-                ),
-                &te_cl_tail,
-            ),
+            content_length_and_chunked(CONFIGMAPS, "te-cl", false),
             Expect::ChunkedThenClosed,
         ),
         (
             "Transfer-Encoding then Content-Length",
-            post(
-                &format!(
-                    "Transfer-Encoding: chunked\r\nContent-Length: {}\r\n",
-                    cl_te_tail.len()
-                ),
-                &cl_te_tail,
-            ),
+            content_length_and_chunked(CONFIGMAPS, "cl-te", true),
             Expect::ChunkedThenClosed,
         ),
         (
@@ -131,20 +136,14 @@ async fn ambiguous_framing_is_refused_and_no_smuggled_request_reaches_an_upstrea
         ),
         (
             "two differing Content-Length headers",
-            post(
-                &format!(
-                    "Content-Length: 2\r\nContent-Length: {}\r\n",
-                    2 + two_cl.len()
-                ),
-                &format!("{{}}{two_cl}"),
-            ),
+            two_content_lengths(CONFIGMAPS, "two-cl"),
             Expect::Refused,
         ),
         (
             "chunked, identity",
             post(
                 "Transfer-Encoding: chunked, identity\r\n",
-                &format!("0\r\n\r\n{}", hidden("identity")),
+                &last_chunk_then_hidden("identity"),
             ),
             Expect::Refused,
         ),
@@ -152,7 +151,7 @@ async fn ambiguous_framing_is_refused_and_no_smuggled_request_reaches_an_upstrea
             "chunked then a second Transfer-Encoding line",
             post(
                 "Transfer-Encoding: chunked\r\nTransfer-Encoding: x\r\n",
-                &format!("0\r\n\r\n{}", hidden("two-te")),
+                &last_chunk_then_hidden("two-te"),
             ),
             Expect::Refused,
         ),
@@ -160,7 +159,7 @@ async fn ambiguous_framing_is_refused_and_no_smuggled_request_reaches_an_upstrea
             "obfuscated xchunked",
             post(
                 "Transfer-Encoding: xchunked\r\n",
-                &format!("0\r\n\r\n{}", hidden("xchunked")),
+                &last_chunk_then_hidden("xchunked"),
             ),
             Expect::Refused,
         ),
@@ -168,7 +167,7 @@ async fn ambiguous_framing_is_refused_and_no_smuggled_request_reaches_an_upstrea
             "space before the colon",
             post(
                 "Transfer-Encoding : chunked\r\n",
-                &format!("0\r\n\r\n{}", hidden("space")),
+                &last_chunk_then_hidden("space"),
             ),
             Expect::Refused,
         ),
@@ -176,46 +175,26 @@ async fn ambiguous_framing_is_refused_and_no_smuggled_request_reaches_an_upstrea
             "chunked folded onto a continuation line",
             post(
                 "Transfer-Encoding:\r\n chunked\r\n",
-                &format!("0\r\n\r\n{}", hidden("folded")),
+                &last_chunk_then_hidden("folded"),
             ),
             Expect::Refused,
         ),
-    ];
-
-    // The same on the peer hop (proxy A to proxy B to apiserver-b), where a desync would
-    // poison a pooled connection between the proxies.
-    let peer_cl_te = format!("0\r\n\r\n{}", hidden("peer-cl-te"));
-    let peer_two_cl = hidden("peer-two-cl");
-    let cases = cases.into_iter().chain([
         (
             "peer route: Content-Length then Transfer-Encoding",
-            post_to(
-                OLD_ONLY,
-                &format!(
-                    "Content-Length: {}\r\nTransfer-Encoding: chunked\r\n",
-                    peer_cl_te.len()
-                ),
-                &peer_cl_te,
-            ),
+            content_length_and_chunked(OLD_ONLY, "peer-cl-te", false),
             Expect::ChunkedThenClosed,
         ),
         (
             "peer route: two differing Content-Length headers",
-            post_to(
-                OLD_ONLY,
-                &format!(
-                    "Content-Length: 2\r\nContent-Length: {}\r\n",
-                    2 + peer_two_cl.len()
-                ),
-                &format!("{{}}{peer_two_cl}"),
-            ),
+            two_content_lengths(OLD_ONLY, "peer-two-cl"),
             Expect::Refused,
         ),
-    ]);
+    ];
 
     let mut forwarded = 0;
     for (what, bytes, expect) in cases {
-        let (codes, text) = exchange(c.proxy_a.listen, bytes.as_bytes()).await;
+        let answer = exchange(c.proxy_a.listen, bytes.as_bytes()).await;
+        let (codes, text) = (answer.codes(), answer.text);
         // At most one response on the connection: the hidden request was never read as a
         // request of its own.
         match expect {
@@ -253,7 +232,7 @@ async fn ambiguous_framing_is_refused_and_no_smuggled_request_reaches_an_upstrea
     // The same connection handling still serves a well-framed request.
     let before = requests_for(&c.a, CONFIGMAPS).len();
     let body = r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"fine"}}"#;
-    let (codes, text) = exchange(
+    let answer = exchange(
         c.proxy_a.listen,
         post(
             &format!("Content-Length: {}\r\nConnection: close\r\n", body.len()),
@@ -262,7 +241,7 @@ async fn ambiguous_framing_is_refused_and_no_smuggled_request_reaches_an_upstrea
         .as_bytes(),
     )
     .await;
-    assert_eq!(codes, [201], "{text}");
+    assert_eq!(answer.codes(), [201], "{}", answer.text);
     assert_eq!(requests_for(&c.a, CONFIGMAPS).len(), before + 1);
 }
 
@@ -344,7 +323,8 @@ async fn traversal_spellings_are_forwarded_verbatim_to_the_server_their_classifi
         }
 
         let target = format!("{path}?case={i}");
-        let (codes, text) = exchange(c.proxy_a.listen, get_raw(&target).as_bytes()).await;
+        let answer = exchange(c.proxy_a.listen, get_raw(&target).as_bytes()).await;
+        let (codes, text) = (answer.codes(), answer.text);
         let at_a: Vec<_> = requests_for(&c.a, &format!("case={i}"));
         let at_b: Vec<_> = requests_for(&c.b, &format!("case={i}"));
         if codes == [400] && text.contains(r#""reason":"BadRequest""#) {

@@ -2,12 +2,11 @@
 //! connection), never a `5xx` that client-go would retry, never a failure counted against
 //! the local API server or a peer.
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use http::StatusCode;
+use integration::conn::{RawAnswer, ReadUntil, raw_exchange};
 use integration::*;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::cluster::Cluster;
 
@@ -15,65 +14,19 @@ const CONFIGMAPS: &str = "/api/v1/namespaces/default/configmaps";
 /// Only 1.31 (apiserver-b) serves this GVR: from proxy A it takes the peer hop.
 const OLD_ONLY: &str = "/apis/resource.k8s.io/v1alpha3/namespaces/default/podschedulingcontexts";
 
-/// What came back on a raw connection: the status line's code and the rest, or nothing.
-struct Raw {
-    code: Option<u16>,
-    text: String,
-}
+/// The proxy's two routes for a `POST`: configmaps to its local server, the peer-only GVR to
+/// the peer.
+const ROUTES: [(&str, &str); 2] = [(CONFIGMAPS, "local"), (OLD_ONLY, "peer")];
 
-/// Sends `head` and `body` as they are, half-closes (or not), and reads until the server
-/// closes the connection (bounded).
-async fn raw(addr: SocketAddr, head: &str, body: &[u8], half_close: bool) -> Raw {
-    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-    s.write_all(head.as_bytes()).await.unwrap();
-    s.write_all(body).await.unwrap();
-    if half_close {
-        s.shutdown().await.unwrap();
-    }
-    let mut got = Vec::new();
-    let read = tokio::time::timeout(PATIENCE, async {
-        let mut buf = [0u8; 4096];
-        loop {
-            match s.read(&mut buf).await {
-                Ok(0) | Err(_) => break,
-                Ok(n) => {
-                    got.extend_from_slice(&buf[..n]);
-                    if response_complete(&got) {
-                        break;
-                    }
-                }
-            }
-        }
-    })
-    .await;
-    assert!(read.is_ok(), "the proxy neither answered nor closed");
-    let text = String::from_utf8_lossy(&got).into_owned();
-    let code = text
-        .strip_prefix("HTTP/1.1 ")
-        .and_then(|rest| rest.get(..3))
-        .and_then(|c| c.parse().ok());
-    Raw { code, text }
-}
-
-/// A response head with a `content-length` whose body has all arrived.
-fn response_complete(got: &[u8]) -> bool {
-    let text = String::from_utf8_lossy(got);
-    let Some((head, body)) = text.split_once("\r\n\r\n") else {
-        return false;
-    };
-    head.lines()
-        .find_map(|l| {
-            let (k, v) = l.split_once(':')?;
-            k.eq_ignore_ascii_case("content-length")
-                .then(|| v.trim().parse::<usize>().ok())?
-        })
-        .is_some_and(|n| body.len() >= n)
-}
-
-fn post_chunked(path: &str) -> String {
-    format!(
+/// A chunked `POST` to `path` on proxy A whose body is `body` as it is, half-closed after it
+/// (or not); read until the proxy answered or closed.
+async fn post_chunked(c: &Cluster, path: &str, body: &[u8], half_close: bool) -> RawAnswer {
+    let mut bytes = format!(
         "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
     )
+    .into_bytes();
+    bytes.extend_from_slice(body);
+    raw_exchange(c.proxy_a.listen, &bytes, half_close, ReadUntil::Answered).await
 }
 
 /// The `mvproxy_peer_proxy_errors_total` and `mvproxy_requests_total` lines of a scrape.
@@ -94,8 +47,8 @@ fn count(metrics: &str, family: &str, needles: &[&str]) -> f64 {
 
 /// A `400` `BadRequest` `Status` without `Retry-After`, or the connection closed unanswered;
 /// never a `5xx`.
-fn assert_client_fault(r: &Raw, what: &str) {
-    match r.code {
+fn assert_client_fault(r: &RawAnswer, what: &str) {
+    match r.code() {
         None => {}
         Some(400) => {
             let lower = r.text.to_ascii_lowercase();
@@ -111,6 +64,27 @@ fn assert_client_fault(r: &Raw, what: &str) {
     }
 }
 
+/// Proxy A counted no peer proxy error since `before_a` (its scrape then), and neither proxy
+/// logged an upstream failure. Returns proxy A's scrape now.
+async fn assert_no_upstream_blamed(c: &Cluster, before_a: &str) -> String {
+    let after_a = scrape(&c.proxy_a).await;
+    let errors = "mvproxy_peer_proxy_errors_total";
+    assert_eq!(
+        count(&after_a, errors, &[]),
+        count(before_a, errors, &[]),
+        "no peer proxy error: {after_a}"
+    );
+    for p in [&c.proxy_a, &c.proxy_b] {
+        let failed: Vec<String> = p
+            .log()
+            .into_iter()
+            .filter(|l| l.contains("request failed"))
+            .collect();
+        assert!(failed.is_empty(), "no upstream failure logged: {failed:?}");
+    }
+    after_a
+}
+
 #[tokio::test]
 async fn a_malformed_chunked_body_is_a_400_on_local_and_peer_routes_and_blames_no_upstream() {
     let c = Cluster::start_processes().await;
@@ -118,48 +92,31 @@ async fn a_malformed_chunked_body_is_a_400_on_local_and_peer_routes_and_blames_n
     let malformed = b"zz\r\nhello\r\n0\r\n\r\n";
 
     // local route (configmaps, served by apiserver-a) and peer route (only apiserver-b)
-    for (path, route) in [(CONFIGMAPS, "local"), (OLD_ONLY, "peer")] {
-        let r = raw(c.proxy_a.listen, &post_chunked(path), malformed, false).await;
-        assert_eq!(r.code, Some(400), "{route} route: {}", r.text);
+    for (path, route) in ROUTES {
+        let r = post_chunked(&c, path, malformed, false).await;
+        assert_eq!(r.code(), Some(400), "{route} route: {}", r.text);
         assert_client_fault(&r, route);
     }
 
     // a body cut short (the client half-closes mid-chunk): the client's fault as well
-    for (path, route) in [(CONFIGMAPS, "local"), (OLD_ONLY, "peer")] {
-        let r = raw(
-            c.proxy_a.listen,
-            &post_chunked(path),
-            b"40\r\n{\"a\":",
-            true,
-        )
-        .await;
+    for (path, route) in ROUTES {
+        let r = post_chunked(&c, path, b"40\r\n{\"a\":", true).await;
         assert_client_fault(&r, &format!("{route} route, cut short"));
     }
 
     // nothing was counted against an upstream, and the 400s are what was recorded
-    let after_a = scrape(&c.proxy_a).await;
-    let errors = "mvproxy_peer_proxy_errors_total";
-    assert_eq!(
-        count(&after_a, errors, &[]),
-        count(&before_a, errors, &[]),
-        "no peer proxy error: {after_a}"
-    );
-    assert!(
-        count(
-            &after_a,
-            "mvproxy_requests_total",
-            &[r#"code="400""#, r#"route="peer""#]
-        ) >= 1.0,
-        "{after_a}"
-    );
-    assert!(
-        count(
-            &after_a,
-            "mvproxy_requests_total",
-            &[r#"code="400""#, r#"route="local""#]
-        ) >= 1.0,
-        "{after_a}"
-    );
+    let after_a = assert_no_upstream_blamed(&c, &before_a).await;
+    for (_, route) in ROUTES {
+        let route = format!(r#"route="{route}""#);
+        assert!(
+            count(
+                &after_a,
+                "mvproxy_requests_total",
+                &[r#"code="400""#, &route]
+            ) >= 1.0,
+            "{route}: {after_a}"
+        );
+    }
     assert_eq!(
         count(&after_a, "mvproxy_requests_total", &[r#"code="503""#]),
         0.0,
@@ -171,15 +128,11 @@ async fn a_malformed_chunked_body_is_a_400_on_local_and_peer_routes_and_blames_n
     // the peer's proxy saw its client (proxy A) abort the body: its local server is not
     // blamed either
     let after_b = scrape(&c.proxy_b).await;
-    assert_eq!(count(&after_b, errors, &[]), 0.0, "{after_b}");
-    for p in [&c.proxy_a, &c.proxy_b] {
-        let failed: Vec<String> = p
-            .log()
-            .into_iter()
-            .filter(|l| l.contains("request failed"))
-            .collect();
-        assert!(failed.is_empty(), "no upstream failure logged: {failed:?}");
-    }
+    assert_eq!(
+        count(&after_b, "mvproxy_peer_proxy_errors_total", &[]),
+        0.0,
+        "{after_b}"
+    );
     let refused = c
         .proxy_a
         .log()
@@ -206,15 +159,9 @@ async fn a_body_that_stops_arriving_is_the_clients_400_not_an_upstream_504() {
 
     // the client sends the head and part of its body, then nothing more (the connection
     // stays open): past the response-header timeout, the upstream is not the one waited on
-    for (path, route) in [(CONFIGMAPS, "local"), (OLD_ONLY, "peer")] {
-        let r = raw(
-            c.proxy_a.listen,
-            &post_chunked(path),
-            b"40\r\n{\"metadata\":",
-            false,
-        )
-        .await;
-        assert_eq!(r.code, Some(400), "{route} route: {}", r.text);
+    for (path, route) in ROUTES {
+        let r = post_chunked(&c, path, b"40\r\n{\"metadata\":", false).await;
+        assert_eq!(r.code(), Some(400), "{route} route: {}", r.text);
         assert_client_fault(&r, route);
         assert!(
             r.text.contains("had not all arrived after 1s"),
@@ -223,13 +170,7 @@ async fn a_body_that_stops_arriving_is_the_clients_400_not_an_upstream_504() {
         );
     }
 
-    let after_a = scrape(&c.proxy_a).await;
-    let errors = "mvproxy_peer_proxy_errors_total";
-    assert_eq!(
-        count(&after_a, errors, &[]),
-        count(&before_a, errors, &[]),
-        "no peer proxy error: {after_a}"
-    );
+    let after_a = assert_no_upstream_blamed(&c, &before_a).await;
     for code in ["503", "504"] {
         let needle = format!(r#"code="{code}""#);
         assert_eq!(
@@ -237,13 +178,5 @@ async fn a_body_that_stops_arriving_is_the_clients_400_not_an_upstream_504() {
             0.0,
             "{after_a}"
         );
-    }
-    for p in [&c.proxy_a, &c.proxy_b] {
-        let failed: Vec<String> = p
-            .log()
-            .into_iter()
-            .filter(|l| l.contains("request failed"))
-            .collect();
-        assert!(failed.is_empty(), "no upstream failure logged: {failed:?}");
     }
 }

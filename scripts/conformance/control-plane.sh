@@ -242,12 +242,12 @@ record "watch latency (measured)" PASS "ADDED seen ${WATCH_MS} ms after kubectl 
 
 # ---- no watch event lost across a restart (issue 13 §5) -------------------------------------
 # kubectl get -w through mvproxy while a component on the watch's path restarts: the peer's
-# mvproxy B' (watch across the hop), the API server B serving it, and the client's own
-# mvproxy A' (a locally served watch). kubectl must see the stream end (exit, not hang); the
-# client then resumes from the last resourceVersion it saw (kubectl get --raw ...watch=1&
-# resourceVersion=RV), or, answered 410 Expired (a restarted API server's watch cache starts
-# at its own list), relists and watches from the list's resourceVersion, as client-go's
-# reflector does. What it collected must equal the writes made over the interval (their
+# mvproxy B' (watch across the hop), the API server B serving it, the client's own mvproxy A'
+# and the API server A behind it (a locally served watch; the writes while A is down go to B).
+# kubectl must see the stream end (exit, not hang); the client then resumes from the last
+# resourceVersion it saw (kubectl get --raw ...watch=1&resourceVersion=RV), or, answered 410
+# Expired (a restarted API server's watch cache starts at its own list), relists and watches
+# from the list's resourceVersion, as client-go's reflector does. What it collected must equal the writes made over the interval (their
 # names and resourceVersions from the create responses), while down included: each once,
 # none missing, nothing else.
 rw_manifest() { # KIND NAME LABEL
@@ -343,11 +343,15 @@ start_mvproxy_a() { mvp_start mvproxy-a "$MA_IP" "$A_IP" --server-id apiserver-a
 start_mvproxy_b() { mvp_start mvproxy-b "$MB_IP" "$B_IP" --server-id apiserver-b --peer "apiserver-a=https://$MA_IP:7443" && mvp_ready "$MB_IP"; }
 stop_mvproxy_a() { cp_stop mvproxy-a; }
 stop_mvproxy_b() { cp_stop mvproxy-b; }
+stop_apiserver_a() { cp_stop apiserver-a; }
+start_apiserver_a() { cp_start_apiserver apiserver-a "$OLD" "$A_IP" && cp_wait_ready apiserver-a "$A_IP" 180; }
 stop_apiserver_b() { cp_stop apiserver-b; }
 start_apiserver_b() { cp_start_apiserver apiserver-b "$NEW" "$B_IP" && cp_wait_ready apiserver-b "$B_IP" 180; }
 CM=/api/v1/namespaces/default/configmaps
 rw_check "local watch survives a restart of the client's mvproxy A'" \
   rw-local-mvp configmap "$CM" "$CP_DIR/via-a.kc" "$CP_DIR/direct-a.kc" stop_mvproxy_a start_mvproxy_a 1
+rw_check "local watch survives a restart of the API server A serving it" \
+  rw-local-api configmap "$CM" "$CP_DIR/via-a.kc" "$CP_DIR/direct-b.kc" stop_apiserver_a start_apiserver_a 1
 rw_check "watch across the hop survives a restart of the peer's mvproxy B'" \
   rw-peer-mvp workload "$WLN" "$CP_DIR/via-a.kc" "$CP_DIR/direct-b.kc" stop_mvproxy_b start_mvproxy_b 1
 rw_check "watch across the hop survives a restart of the API server B serving it" \
@@ -612,12 +616,34 @@ upgrade() {
   stop_load
 }
 
-# Through mvproxy: B goes back to $OLD first (both old), mvproxy A' and B' stay up throughout.
+# mvp_footprint NAME: "RSS KiB/open descriptors" of a running mvproxy.
+mvp_footprint() { echo "$(cp_rss_kib "$1") KiB/$(ls "/proc/$(cp_pid "$1")/fd" 2>/dev/null | wc -l) fds"; }
+# mvp_stop_clean NAME: SIGTERM, then its exit code (a hang past 30 s counts as a failure).
+mvp_stop_clean() {
+  local pid rc=0
+  pid=$(cp_pid "$1")
+  kill -TERM "$pid" 2>/dev/null || return 1
+  timeout 30 tail --pid="$pid" -f /dev/null || { cp_stop "$1"; return 1; }
+  wait "$pid" 2>/dev/null || rc=$?
+  awk -v n="$1" '$1 != n' "$CP_DIR/pids" >"$CP_DIR/pids.tmp" && mv "$CP_DIR/pids.tmp" "$CP_DIR/pids"
+  return "$rc"
+}
+
+# Through mvproxy: B goes back to $OLD first (both old), mvproxy A' and B' stay up throughout,
+# while their real API servers restart under load (the chaos soak's stand-ins made real).
 restart_node b "$B_IP" "$OLD" ""
 sleep 6
+fp_before="A' $(mvp_footprint mvproxy-a), B' $(mvp_footprint mvproxy-b)"
 upgrade mvproxy "https://$MA_IP:7443,https://$MB_IP:7443" ""
-cp_stop mvproxy-a
-cp_stop mvproxy-b
+fp_after="A' $(mvp_footprint mvproxy-a), B' $(mvp_footprint mvproxy-b)"
+clean_exit=""
+for n in mvproxy-a mvproxy-b; do
+  mvp_stop_clean "$n" || clean_exit+="$n did not exit 0 on SIGTERM; "
+done
+panics=$(grep -l -i 'panicked' "$CP_DIR/logs/mvproxy-a.log" "$CP_DIR/logs/mvproxy-b.log" 2>/dev/null || true)
+check "mvproxy A' and B' through the rolling upgrade: no panic, exit 0 on SIGTERM" \
+  "${clean_exit}${panics:+panic in $panics; }before: $fp_before; after: $fp_after (measured)" \
+  test -z "$clean_exit$panics"
 
 # ---- control plane 2: upstream's Mixed Version Proxy on ---------------------------------------
 

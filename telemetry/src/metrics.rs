@@ -672,40 +672,24 @@ mod tests {
 
     #[test]
     fn requests_counted_through_cached_handles_land_in_their_series() {
+        use values::{REASON_PEER_ONLY, REASON_SERVED_LOCALLY, ROUTE_LOCAL, ROUTE_PEER};
         let mut registry = Registry::default();
         let m = Metrics::register(&mut registry);
+        // (route, reason, peer, code, how many times)
+        let counted = [
+            (ROUTE_LOCAL, REASON_SERVED_LOCALLY, "", 200, 3),
+            (ROUTE_LOCAL, REASON_SERVED_LOCALLY, "", 404, 1),
+            (ROUTE_PEER, REASON_PEER_ONLY, "b", 200, 2),
+        ];
+        for (route, reason, peer, code, times) in counted {
+            for _ in 0..times {
+                m.count_request(route, reason, peer, code, "GET");
+            }
+        }
         for _ in 0..3 {
-            m.count_request(
-                values::ROUTE_LOCAL,
-                values::REASON_SERVED_LOCALLY,
-                "",
-                200,
-                "GET",
-            );
             m.observe_request(values::ROUTE_LOCAL, "", 0.002, None);
             m.observe_lookup(true, 0.000_001);
         }
-        m.count_request(
-            values::ROUTE_LOCAL,
-            values::REASON_SERVED_LOCALLY,
-            "",
-            404,
-            "GET",
-        );
-        m.count_request(
-            values::ROUTE_PEER,
-            values::REASON_PEER_ONLY,
-            "b",
-            200,
-            "GET",
-        );
-        m.count_request(
-            values::ROUTE_PEER,
-            values::REASON_PEER_ONLY,
-            "b",
-            200,
-            "GET",
-        );
         m.observe_request(values::ROUTE_PEER, "b", 0.02, None);
         m.observe_lookup(false, 0.000_001);
         let (text, _) = encode(&registry, false).unwrap();

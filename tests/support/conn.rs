@@ -1,6 +1,8 @@
 //! Single connections the test controls: HTTP/1.1 or HTTP/2, plain or TLS, so a test can keep
 //! one open (a watch, a keep-alive connection) while it opens others, see which certificate a
-//! handshake got, or send what a pooled client would refuse to (an oversized head).
+//! handshake got, or send what a pooled client would refuse to (an oversized head); and raw
+//! bytes on a TCP connection ([`raw_exchange`]) for what no HTTP client sends at all (broken
+//! framing, a body cut short).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -13,6 +15,7 @@ use hyper::body::Incoming;
 use hyper::client::conn::{http1, http2};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use rustls::pki_types::{CertificateDer, ServerName};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::task::JoinHandle;
 use tokio_rustls::TlsConnector;
@@ -111,7 +114,7 @@ impl H1 {
     pub async fn send(&mut self, req: Request<ReqBody>) -> Result<Resp, String> {
         bounded(async {
             self.sender.ready().await.map_err(|e| e.to_string())?;
-            collect(
+            Resp::collect(
                 self.sender
                     .send_request(req)
                     .await
@@ -165,7 +168,7 @@ impl H2 {
     pub async fn send(&mut self, req: Request<ReqBody>) -> Result<Resp, String> {
         bounded(async {
             self.sender.ready().await.map_err(|e| e.to_string())?;
-            collect(
+            Resp::collect(
                 self.sender
                     .send_request(req)
                     .await
@@ -219,16 +222,6 @@ pub fn client_config(ca_file: &std::path::Path, alpn: &[&str]) -> Arc<rustls::Cl
     Arc::new(config)
 }
 
-async fn collect(resp: hyper::Response<Incoming>) -> Result<Resp, String> {
-    let (parts, body) = resp.into_parts();
-    let body = body.collect().await.map_err(|e| e.to_string())?.to_bytes();
-    Ok(Resp {
-        status: parts.status,
-        headers: parts.headers,
-        body,
-    })
-}
-
 /// `fut`, or an error after [`PATIENCE`].
 pub async fn bounded<T>(fut: impl std::future::Future<Output = T>) -> Result<T, String> {
     tokio::time::timeout(PATIENCE, fut)
@@ -245,4 +238,87 @@ pub fn assert_status(r: &Resp, code: StatusCode, reason: &str) -> String {
     assert_eq!(v["code"], code.as_u16(), "{v}");
     assert_eq!(v["reason"], reason, "{v}");
     v["message"].as_str().unwrap_or_default().to_owned()
+}
+
+/// When [`raw_exchange`] stops reading.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadUntil {
+    /// The server closed the connection: every response it sent on it.
+    Closed,
+    /// The first response is complete by its `Content-Length`, or the server closed first.
+    Answered,
+}
+
+/// What came back on a raw connection, as text.
+#[derive(Debug)]
+pub struct RawAnswer {
+    pub text: String,
+}
+
+impl RawAnswer {
+    /// The first response's status code; `None` if the server closed without answering.
+    pub fn code(&self) -> Option<u16> {
+        self.text
+            .strip_prefix("HTTP/1.1 ")
+            .and_then(|rest| rest.get(..3))
+            .and_then(|c| c.parse().ok())
+    }
+
+    /// The status code of every response on the connection, in order.
+    pub fn codes(&self) -> Vec<u16> {
+        let text = &self.text;
+        text.match_indices("HTTP/1.1 ")
+            .filter_map(|(i, m)| text.get(i + m.len()..i + m.len() + 3)?.parse().ok())
+            .collect()
+    }
+}
+
+/// Writes `bytes` to `addr` as they are, half-closes the connection if `half_close`, and reads
+/// `until` the server closes it or has answered. Asserts that it did within [`PATIENCE`].
+pub async fn raw_exchange(
+    addr: SocketAddr,
+    bytes: &[u8],
+    half_close: bool,
+    until: ReadUntil,
+) -> RawAnswer {
+    let mut s = TcpStream::connect(addr).await.expect("connect");
+    s.write_all(bytes).await.expect("write");
+    if half_close {
+        s.shutdown().await.expect("half-close");
+    }
+    let mut got = Vec::new();
+    let read = tokio::time::timeout(PATIENCE, async {
+        let mut buf = [0u8; 4096];
+        loop {
+            match s.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    got.extend_from_slice(&buf[..n]);
+                    if until == ReadUntil::Answered && response_complete(&got) {
+                        break;
+                    }
+                }
+            }
+        }
+    })
+    .await;
+    assert!(read.is_ok(), "the proxy neither answered nor closed");
+    RawAnswer {
+        text: String::from_utf8_lossy(&got).into_owned(),
+    }
+}
+
+/// A response head with a `content-length` whose body has all arrived.
+fn response_complete(got: &[u8]) -> bool {
+    let text = String::from_utf8_lossy(got);
+    let Some((head, body)) = text.split_once("\r\n\r\n") else {
+        return false;
+    };
+    head.lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case("content-length")
+                .then(|| v.trim().parse::<usize>().ok())?
+        })
+        .is_some_and(|n| body.len() >= n)
 }

@@ -327,6 +327,17 @@ pub struct Resp {
 }
 
 impl Resp {
+    /// Reads `resp` to its end.
+    pub async fn collect(resp: hyper::Response<hyper::body::Incoming>) -> Result<Resp, String> {
+        let (parts, body) = resp.into_parts();
+        let body = body.collect().await.map_err(|e| e.to_string())?.to_bytes();
+        Ok(Resp {
+            status: parts.status,
+            headers: parts.headers,
+            body,
+        })
+    }
+
     /// The body as text.
     pub fn text(&self) -> String {
         String::from_utf8_lossy(&self.body).into_owned()
@@ -366,16 +377,7 @@ pub async fn request(
         req = req.header(*k, *v);
     }
     let req = req.body(Full::new(body)).map_err(|e| e.to_string())?;
-    let fut = async {
-        let resp = client.request(req).await.map_err(|e| e.to_string())?;
-        let (parts, body) = resp.into_parts();
-        let body = body.collect().await.map_err(|e| e.to_string())?.to_bytes();
-        Ok(Resp {
-            status: parts.status,
-            headers: parts.headers,
-            body,
-        })
-    };
+    let fut = async { Resp::collect(client.request(req).await.map_err(|e| e.to_string())?).await };
     tokio::time::timeout(PATIENCE, fut)
         .await
         .map_err(|_| format!("no answer within {PATIENCE:?}"))?
@@ -528,14 +530,7 @@ pub async fn https_get(
         let req = req
             .body(Full::new(Bytes::new()))
             .map_err(|e| e.to_string())?;
-        let resp = sender.send_request(req).await.map_err(|e| e.to_string())?;
-        let (parts, body) = resp.into_parts();
-        let body = body.collect().await.map_err(|e| e.to_string())?.to_bytes();
-        Ok(Resp {
-            status: parts.status,
-            headers: parts.headers,
-            body,
-        })
+        Resp::collect(sender.send_request(req).await.map_err(|e| e.to_string())?).await
     };
     tokio::time::timeout(PATIENCE, fut)
         .await

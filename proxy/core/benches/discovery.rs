@@ -7,16 +7,18 @@
 
 use std::collections::BTreeSet;
 use std::hint::black_box;
-use std::sync::Arc;
 
 use criterion::{BatchSize, BenchmarkId, Criterion, criterion_group, criterion_main};
 use http::{HeaderMap, Method};
 use mvproxy::classify::classify;
 use mvproxy::discovery::types::{
-    ApiGroupDiscovery, ApiGroupDiscoveryList, ApiResourceDiscovery, ApiVersionDiscovery, ObjectMeta,
+    ApiGroupDiscovery, ApiResourceDiscovery, ApiVersionDiscovery, ObjectMeta,
 };
-use mvproxy::discovery::{ServerState, ServerView, Snapshot};
+use mvproxy::discovery::{ServerState, Snapshot};
 use mvproxy::route::{Route, decide};
+
+mod common;
+use common::{fixture, state, view};
 
 /// `n` GVRs: groups `g{i}.example.com` of one version with 10 resources each.
 fn synthetic(n: usize, prefix: &str) -> Vec<ApiGroupDiscovery> {
@@ -45,25 +47,6 @@ fn synthetic(n: usize, prefix: &str) -> Vec<ApiGroupDiscovery> {
         .collect()
 }
 
-fn fixture(path: &str) -> Vec<ApiGroupDiscovery> {
-    let full = format!(
-        "{}/../../fixtures/discovery/{path}",
-        env!("CARGO_MANIFEST_DIR")
-    );
-    let text = std::fs::read_to_string(&full).unwrap_or_else(|e| panic!("read {full}: {e}"));
-    serde_json::from_str::<ApiGroupDiscoveryList>(&text)
-        .unwrap_or_else(|e| panic!("decode {full}: {e}"))
-        .items
-}
-
-fn state(name: &str, local: bool, apis: Vec<ApiGroupDiscovery>) -> ServerState {
-    let mut s = ServerState::new(name.into(), format!("http://{name}"), local);
-    s.view = Some(Arc::new(ServerView::new(Vec::new(), apis, None)));
-    s.up = true;
-    s.attempted = true;
-    s
-}
-
 fn snapshot(servers: Vec<ServerState>) -> Snapshot {
     Snapshot::build(servers, &BTreeSet::new(), Default::default(), true)
 }
@@ -74,8 +57,8 @@ fn lookup(c: &mut Criterion) {
     for n in [100, 1_000, 10_000] {
         // local serves `l*` groups, the peer `p*` groups: n GVRs in the index each
         let snap = snapshot(vec![
-            state("apiserver-a", true, synthetic(n, "l")),
-            state("apiserver-b", false, synthetic(n, "p")),
+            state("apiserver-a", true, view(synthetic(n, "l"))),
+            state("apiserver-b", false, view(synthetic(n, "p"))),
         ]);
         let last = n.div_ceil(10) - 1;
         for (name, path) in [
@@ -110,9 +93,9 @@ fn merged(c: &mut Criterion) {
     let old = fixture("kube-apiserver-1.31-dev/aggregated_v2.json");
     let oauth = fixture("openshift-oauth-apiserver-k8s-1.34.1/aggregated_v2.json");
     let servers = vec![
-        state("apiserver-a", true, local),
-        state("apiserver-b", false, old),
-        state("apiserver-c", false, oauth),
+        state("apiserver-a", true, view(local)),
+        state("apiserver-b", false, view(old)),
+        state("apiserver-c", false, view(oauth)),
     ];
     let snap = snapshot(servers.clone());
     let (_, hit) = snap.merged().expect("local is synced");

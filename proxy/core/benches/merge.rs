@@ -4,20 +4,13 @@
 
 use std::hint::black_box;
 
+mod common;
+
 use criterion::{Criterion, criterion_group, criterion_main};
 use mvproxy::discovery::merge::{Merged, encode_with_etag, merge};
 use mvproxy::discovery::types::{ApiGroupDiscovery, ApiGroupDiscoveryList};
 
-fn fixture(path: &str) -> Vec<ApiGroupDiscovery> {
-    let full = format!(
-        "{}/../../fixtures/discovery/{path}",
-        env!("CARGO_MANIFEST_DIR")
-    );
-    let text = std::fs::read_to_string(&full).unwrap_or_else(|e| panic!("read {full}: {e}"));
-    serde_json::from_str::<ApiGroupDiscoveryList>(&text)
-        .unwrap_or_else(|e| panic!("decode {full}: {e}"))
-        .items
-}
+use common::fixture;
 
 fn bench(c: &mut Criterion) {
     let local = fixture("kube-apiserver-1.34-dev/aggregated_v2.json");

@@ -11,42 +11,36 @@ use std::sync::Arc;
 use criterion::{Criterion, criterion_group, criterion_main};
 use http::{HeaderMap, Method};
 use mvproxy::classify::classify;
-use mvproxy::discovery::types::ApiGroupDiscoveryList;
-use mvproxy::discovery::{ServerState, ServerView, Snapshot};
+use mvproxy::discovery::{ServerState, Snapshot};
 use mvproxy::readiness::Readiness;
 use mvproxy::readiness::side::ServerVersion;
 use mvproxy::route::decide;
 use mvproxy_telemetry::metrics::Metrics;
 use prometheus_client::registry::Registry;
 
-fn view(path: &str, git_version: &str) -> Arc<ServerView> {
-    let full = format!(
-        "{}/../../fixtures/discovery/{path}",
-        env!("CARGO_MANIFEST_DIR")
-    );
-    let text = std::fs::read_to_string(&full).unwrap_or_else(|e| panic!("read {full}: {e}"));
-    let list: ApiGroupDiscoveryList =
-        serde_json::from_str(&text).unwrap_or_else(|e| panic!("decode {full}: {e}"));
+mod common;
+use common::{fixture, state, view};
+
+/// The server's view of the fixture at `path`, at release `git_version`.
+fn release(name: &str, local: bool, path: &str, git_version: &str) -> ServerState {
     let version =
         ServerVersion::from_json(format!(r#"{{"gitVersion":"{git_version}"}}"#).as_bytes());
-    Arc::new(ServerView::new(Vec::new(), list.items, None).with_version(version))
+    state(name, local, view(fixture(path)).with_version(version))
 }
 
 fn snapshot() -> Snapshot {
-    let mut local = ServerState::new("apiserver-a".into(), "http://a".into(), true);
-    local.view = Some(view(
+    let local = release(
+        "apiserver-a",
+        true,
         "kube-apiserver-1.34-dev/aggregated_v2.json",
         "v1.34.0",
-    ));
-    let mut peer = ServerState::new("apiserver-b".into(), "http://b".into(), false);
-    peer.view = Some(view(
+    );
+    let peer = release(
+        "apiserver-b",
+        false,
         "kube-apiserver-1.31-dev/aggregated_v2.json",
         "v1.31.0",
-    ));
-    for s in [&mut local, &mut peer] {
-        s.up = true;
-        s.attempted = true;
-    }
+    );
     Snapshot::build(
         vec![local, peer],
         &BTreeSet::new(),

@@ -197,7 +197,7 @@ fn server_json(s: &ServerState) -> serde_json::Value {
         "url": s.url,
         "local": s.local,
         "up": s.up,
-        "error": s.error,
+        "error": s.error.as_ref().map(ToString::to_string),
         "last_fetch": s.last_fetch.and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok()).map(|d| d.as_secs_f64()),
         "gvrs": s.view.as_ref().map_or(0, |v| v.gvr_count()),
         "git_version": s.view.as_ref().and_then(|v| v.version.as_ref()).map(|v| v.git_version.as_str()),

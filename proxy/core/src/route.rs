@@ -149,7 +149,10 @@ fn decide_peer(
             Some((peer, cause)) => Route::Unavailable(ProxyError::SurfaceUnknown {
                 gvr: gvr.to_string(),
                 peer: peer.clone(),
-                cause: cause.unwrap_or("discovery not fetched yet").to_owned(),
+                cause: cause.map_or_else(
+                    || "discovery not fetched yet".to_owned(),
+                    ToString::to_string,
+                ),
             }),
             None => Route::Local(LocalReason::NoPeer),
         };
@@ -183,9 +186,8 @@ fn choose_up(
 fn peers_down(what: String, capable: &[ServerName], snap: &Snapshot) -> Route {
     let cause = capable
         .iter()
-        .filter_map(|p| snap.peer(p).and_then(|e| e.error.clone()))
-        .next()
-        .unwrap_or_else(|| "marked down".to_owned());
+        .find_map(|p| snap.peer(p).and_then(|e| e.error.as_ref()))
+        .map_or_else(|| "marked down".to_owned(), ToString::to_string);
     let peers = capable
         .iter()
         .map(ServerName::as_str)

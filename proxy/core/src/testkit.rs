@@ -9,11 +9,13 @@ use http::HeaderName;
 use mvproxy_telemetry::metrics::Metrics;
 use prometheus_client::registry::Registry;
 
-use crate::discovery::refresh::{PeerSpec, RefreshSettings, UpstreamFactory};
+use crate::discovery::fetch::FetchError;
+use crate::discovery::refresh::{PeerSpec, RefreshError, RefreshSettings, UpstreamFactory};
 use crate::discovery::types::{
     ApiGroupDiscovery, ApiResourceDiscovery, ApiVersionDiscovery, ObjectMeta,
 };
 use crate::discovery::{Cache, ServerName, ServerView};
+use crate::error::{ProxyError, TransportFailure};
 use crate::forward::{ClientSettings, Upstream};
 use crate::identity::{Authenticator, HeaderNames};
 use crate::limits::Limits;
@@ -53,6 +55,30 @@ pub(crate) fn view(gvrs: &[(&str, &str, &str)]) -> Arc<ServerView> {
         });
     }
     Arc::new(ServerView::new(core, apis, None))
+}
+
+/// The group names of an aggregated discovery document (`APIGroupDiscoveryList`), in order.
+pub(crate) fn group_names(doc: &[u8]) -> Vec<String> {
+    let doc: serde_json::Value = serde_json::from_slice(doc).expect("JSON");
+    doc["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .filter_map(|g| g["metadata"]["name"].as_str().map(str::to_owned))
+        .collect()
+}
+
+/// A fetch of `server` that got no response because of `cause` (e.g. "connection refused"),
+/// as the refresher records it; shown as `GET /api: {server} could not be reached: {cause}`.
+pub(crate) fn fetch_failed(server: &str, cause: &str) -> RefreshError {
+    RefreshError::Fetch(FetchError::Request {
+        path: "/api".to_owned(),
+        source: ProxyError::Transport {
+            upstream: server.into(),
+            failure: TransportFailure::Other,
+            cause: cause.to_owned(),
+        },
+    })
 }
 
 /// An upstream that is never connected to (no test here calls [`Cache::run`]).
@@ -130,13 +156,14 @@ impl Harness {
         }
     }
 
-    /// Records a fetch of `server`: its view, or why it failed.
+    /// Records a fetch of `server`: its view, or the cause for which it got no response
+    /// ([`fetch_failed`]).
     pub(crate) fn fetched(&self, server: &str, result: Result<Arc<ServerView>, &str>) {
         self.app.cache.record_for_test(
             &server.into(),
             result
                 .map(|v| Arc::try_unwrap(v).expect("a view from `view`, not shared"))
-                .map_err(str::to_owned),
+                .map_err(|cause| fetch_failed(server, cause)),
         );
     }
 

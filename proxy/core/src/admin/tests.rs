@@ -69,6 +69,27 @@ async fn debug_discovery_shows_each_server_and_the_skew() {
     let (status, _, body) = get(&h, "/debug/discovery", None).await;
     assert_eq!(status, StatusCode::OK);
     let v: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+    // the documented fields (README, "Admin endpoints"), `error` a string or null
+    for s in v["servers"].as_array().expect("servers") {
+        let keys: std::collections::BTreeSet<&str> = s
+            .as_object()
+            .expect("object")
+            .keys()
+            .map(String::as_str)
+            .collect();
+        let documented = [
+            "error",
+            "git_version",
+            "gvrs",
+            "id",
+            "last_fetch",
+            "local",
+            "up",
+            "url",
+        ];
+        assert_eq!(keys, documented.into(), "{s}");
+        assert!(s["error"].is_string() || s["error"].is_null(), "{s}");
+    }
     let servers: Vec<(String, bool, Option<String>)> = v["servers"]
         .as_array()
         .expect("servers")
@@ -88,7 +109,7 @@ async fn debug_discovery_shows_each_server_and_the_skew() {
             (
                 "apiserver-b".to_owned(),
                 false,
-                Some("connection refused".to_owned())
+                Some("GET /api: apiserver-b could not be reached: connection refused".to_owned())
             ),
         ]
     );

@@ -145,25 +145,30 @@ fn upstream_get_non_api_request_info() {
     ]);
 }
 
-// Upstream TestSelectorParsing (and the older TestFieldSelectorParsing):
-// a metadata.name field selector names the single object of a list/watch.
+// Upstream TestSelectorParsing (and the older TestFieldSelectorParsing), as its
+// (method, url, expected name, expected verb) rows: a metadata.name field selector names
+// the single object of a list/watch of group/version/resource.
 #[test]
 #[rustfmt::skip]
 fn upstream_selector_parsing() {
-    check(&[
-        (GET, "/apis/group/version/resource", res("group", "version", "resource", "", "", "", "list")),
-        (GET, "/apis/group/version/resource?fieldSelector=metadata.name=name1", res("group", "version", "resource", "", "name1", "", "list")),
-        (GET, "/apis/group/version/resource?watch=true&fieldSelector=metadata.name=name1", res("group", "version", "resource", "", "name1", "", "watch")),
-        (GET, "/apis/group/version/resource?fieldSelector=foo=bar&labelSelector=baz=qux", res("group", "version", "resource", "", "", "", "list")),
-        (GET, "/apis/group/version/resource?fieldSelector=metadata.name=name1,foo", res("group", "version", "resource", "", "", "", "list")),
-        (GET, "/apis/group/version/resource?fieldSelector=metadata.name=name1,foo&watch=true", res("group", "version", "resource", "", "", "", "watch")),
-        (GET, "/apis/group/version/resource?fieldSelector=metadata.name=name1,foo&watch=false", res("group", "version", "resource", "", "", "", "list")),
-        (DELETE, "/apis/group/version/resource?fieldSelector=foo=bar&labelSelector=baz=qux", res("group", "version", "resource", "", "", "", "deletecollection")),
-        (GET, "/apis/group/version/resource?fieldSelector=metadata.name=foo&fieldSelector=metadata.name=bar&labelSelector=foo=bar&labelSelector=foo=baz", res("group", "version", "resource", "", "foo", "", "list")),
-        (GET, "/apis/group/version/resource/name?fieldSelector=foo=bar&labelSelector=foo=bar", res("group", "version", "resource", "", "name", "", "get")),
-        (GET, "/apis/group/version/watch/resource?fieldSelector=metadata.name=foo&labelSelector=foo=bar", res("group", "version", "resource", "", "", "", "watch")),
-        (GET, "/apis/group/version/watch/resource/name?fieldSelector=metadata.name=foo&labelSelector=foo=bar", res("group", "version", "resource", "", "name", "", "watch")),
-    ]);
+    let cases: &[(Method, &str, &str, &'static str)] = &[
+        (GET, "/apis/group/version/resource", "", "list"),
+        (GET, "/apis/group/version/resource?fieldSelector=metadata.name=name1", "name1", "list"),
+        (GET, "/apis/group/version/resource?watch=true&fieldSelector=metadata.name=name1", "name1", "watch"),
+        (GET, "/apis/group/version/resource?fieldSelector=foo=bar&labelSelector=baz=qux", "", "list"),
+        (GET, "/apis/group/version/resource?fieldSelector=metadata.name=name1,foo", "", "list"),
+        (GET, "/apis/group/version/resource?fieldSelector=metadata.name=name1,foo&watch=true", "", "watch"),
+        (GET, "/apis/group/version/resource?fieldSelector=metadata.name=name1,foo&watch=false", "", "list"),
+        (DELETE, "/apis/group/version/resource?fieldSelector=foo=bar&labelSelector=baz=qux", "", "deletecollection"),
+        (GET, "/apis/group/version/resource?fieldSelector=metadata.name=foo&fieldSelector=metadata.name=bar&labelSelector=foo=bar&labelSelector=foo=baz", "foo", "list"),
+        (GET, "/apis/group/version/resource/name?fieldSelector=foo=bar&labelSelector=foo=bar", "name", "get"),
+        (GET, "/apis/group/version/watch/resource?fieldSelector=metadata.name=foo&labelSelector=foo=bar", "", "watch"),
+        (GET, "/apis/group/version/watch/resource/name?fieldSelector=metadata.name=foo&labelSelector=foo=bar", "name", "watch"),
+    ];
+    for (method, url, name, verb) in cases {
+        let want = res("group", "version", "resource", "", name, "", verb);
+        assert_eq!(run(method, url), want, "{method} {url:?}");
+    }
 }
 
 // Further cases derived from reading requestinfo.go.
@@ -249,29 +254,42 @@ fn namespaces() {
     ]);
 }
 
+/// `GET /api/v1/pods?{query}` for each `(query, name, verb)`: a list or watch of every
+/// namespace's pods, of the one named `name` if not empty.
+fn check_pods_query(cases: &[(&str, &str, &'static str)]) {
+    for &(query, name, verb) in cases {
+        let url = format!("/api/v1/pods?{query}");
+        assert_eq!(
+            run(&GET, &url),
+            res("", "v1", "pods", "", name, "", verb),
+            "GET {url:?}"
+        );
+    }
+}
+
 #[test]
 #[rustfmt::skip]
 fn watch_query_values() {
     // Upstream: any first value other than "0" or "false" (any case) is a
     // watch, including an empty one; later values are ignored.
-    check(&[
-        (GET, "/api/v1/pods?watch", res("", "v1", "pods", "", "", "", "watch")),
-        (GET, "/api/v1/pods?watch=", res("", "v1", "pods", "", "", "", "watch")),
-        (GET, "/api/v1/pods?watch=FALSE", res("", "v1", "pods", "", "", "", "list")),
-        (GET, "/api/v1/pods?watch=f", res("", "v1", "pods", "", "", "", "watch")),
-        (GET, "/api/v1/pods?watch=yes", res("", "v1", "pods", "", "", "", "watch")),
-        (GET, "/api/v1/pods?watch=0&watch=1", res("", "v1", "pods", "", "", "", "list")),
-        (GET, "/api/v1/pods?watch=1&watch=0", res("", "v1", "pods", "", "", "", "watch")),
-        (GET, "/api/v1/pods?wat%63h=1", res("", "v1", "pods", "", "", "", "watch")),
-        (GET, "/api/v1/pods?watch=%31", res("", "v1", "pods", "", "", "", "watch")),
-        (GET, "/api/v1/pods?Watch=1", res("", "v1", "pods", "", "", "", "list")),
-        (GET, "/api/v1/pods?resourceVersion=0&watch=true&allowWatchBookmarks=true", res("", "v1", "pods", "", "", "", "watch")),
+    check_pods_query(&[
+        ("watch", "", "watch"),
+        ("watch=", "", "watch"),
+        ("watch=FALSE", "", "list"),
+        ("watch=f", "", "watch"),
+        ("watch=yes", "", "watch"),
+        ("watch=0&watch=1", "", "list"),
+        ("watch=1&watch=0", "", "watch"),
+        ("wat%63h=1", "", "watch"),
+        ("watch=%31", "", "watch"),
+        ("Watch=1", "", "list"),
+        ("resourceVersion=0&watch=true&allowWatchBookmarks=true", "", "watch"),
         // Pairs with ';' or a bad escape are dropped by Go's ParseQuery.
-        (GET, "/api/v1/pods?watch=1;x", res("", "v1", "pods", "", "", "", "list")),
-        (GET, "/api/v1/pods?watch=%zz&watch=1", res("", "v1", "pods", "", "", "", "watch")),
+        ("watch=1;x", "", "list"),
+        ("watch=%zz&watch=1", "", "watch"),
         // EqualFold folds U+017F to 's' when options decode; ToLower does not.
-        (GET, "/api/v1/pods?watch=fal%C5%BFe", res("", "v1", "pods", "", "", "", "list")),
-        (GET, "/api/v1/pods?watch=fal%C5%BFe&limit=x", res("", "v1", "pods", "", "", "", "watch")),
+        ("watch=fal%C5%BFe", "", "list"),
+        ("watch=fal%C5%BFe&limit=x", "", "watch"),
     ]);
 }
 
@@ -280,24 +298,26 @@ fn watch_query_values() {
 fn field_selector_names() {
     check(&[
         (GET, "/api/v1/namespaces/ns/pods?fieldSelector=metadata.name%3Dp&watch=1", res("", "v1", "pods", "ns", "p", "", "watch")),
-        (GET, "/api/v1/pods?fieldSelector=metadata.name==p", res("", "v1", "pods", "", "p", "", "list")),
-        (GET, "/api/v1/pods?fieldSelector=metadata.name!=p", res("", "v1", "pods", "", "", "", "list")),
-        (GET, "/api/v1/pods?fieldSelector=spec.nodeName=n,metadata.name=p", res("", "v1", "pods", "", "p", "", "list")),
+    ]);
+    check_pods_query(&[
+        ("fieldSelector=metadata.name==p", "p", "list"),
+        ("fieldSelector=metadata.name!=p", "", "list"),
+        ("fieldSelector=spec.nodeName=n,metadata.name=p", "p", "list"),
         // Sorted term order decides between two names.
-        (GET, "/api/v1/pods?fieldSelector=metadata.name=b,metadata.name=a", res("", "v1", "pods", "", "a", "", "list")),
-        (GET, "/api/v1/pods?fieldSelector=metadata.name=a\\,b", res("", "v1", "pods", "", "a,b", "", "list")),
-        (GET, "/api/v1/pods?fieldSelector=metadata.name=a\\x", res("", "v1", "pods", "", "", "", "list")),
-        (GET, "/api/v1/pods?fieldSelector=metadata.name===p", res("", "v1", "pods", "", "", "", "list")),
-        (GET, "/api/v1/pods?fieldSelector=metadata.name=p,", res("", "v1", "pods", "", "p", "", "list")),
-        (GET, "/api/v1/pods?fieldSelector=+metadata.name=p", res("", "v1", "pods", "", "", "", "list")),
+        ("fieldSelector=metadata.name=b,metadata.name=a", "a", "list"),
+        ("fieldSelector=metadata.name=a\\,b", "a,b", "list"),
+        ("fieldSelector=metadata.name=a\\x", "", "list"),
+        ("fieldSelector=metadata.name===p", "", "list"),
+        ("fieldSelector=metadata.name=p,", "p", "list"),
+        ("fieldSelector=+metadata.name=p", "", "list"),
         // Not a valid path segment name.
-        (GET, "/api/v1/pods?fieldSelector=metadata.name=..", res("", "v1", "pods", "", "", "", "list")),
-        (GET, "/api/v1/pods?fieldSelector=metadata.name=a%2Fb", res("", "v1", "pods", "", "", "", "list")),
-        (GET, "/api/v1/pods?fieldSelector=metadata.name=a%25b", res("", "v1", "pods", "", "", "", "list")),
+        ("fieldSelector=metadata.name=..", "", "list"),
+        ("fieldSelector=metadata.name=a%2Fb", "", "list"),
+        ("fieldSelector=metadata.name=a%25b", "", "list"),
         // Another list option failing to decode drops the name.
-        (GET, "/api/v1/pods?fieldSelector=metadata.name=p&limit=abc", res("", "v1", "pods", "", "", "", "list")),
-        (GET, "/api/v1/pods?fieldSelector=metadata.name=p&timeoutSeconds=&watch=1", res("", "v1", "pods", "", "", "", "watch")),
-        (GET, "/api/v1/pods?fieldSelector=metadata.name=p&limit=500&timeoutSeconds=-1", res("", "v1", "pods", "", "p", "", "list")),
+        ("fieldSelector=metadata.name=p&limit=abc", "", "list"),
+        ("fieldSelector=metadata.name=p&timeoutSeconds=&watch=1", "", "watch"),
+        ("fieldSelector=metadata.name=p&limit=500&timeoutSeconds=-1", "p", "list"),
     ]);
 }
 

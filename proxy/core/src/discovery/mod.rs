@@ -18,7 +18,7 @@ pub mod refresh;
 pub mod snapshot;
 pub mod types;
 
-pub use refresh::Cache;
+pub use refresh::{Cache, RefreshError};
 pub use snapshot::{ServerState, ServerView, Snapshot};
 
 /// The name of a server (the local one or a peer), as given by `--server-id` and `--peer`.

@@ -22,7 +22,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use super::ServerName;
-use super::fetch::fetch;
+use super::fetch::{FetchError, fetch};
 use super::snapshot::{GroupVersion, ServerState, ServerView, Snapshot};
 use crate::forward::{Upstream, UpstreamError};
 
@@ -51,6 +51,16 @@ pub struct PeerSpec {
     pub url: Uri,
     /// Changes when the peer restarts (a lease's holder identity); a change triggers a refetch.
     pub generation: String,
+}
+
+/// Why a server's last refresh failed. Kept typed, with its origin, in [`ServerState`] and the
+/// snapshot; it is put in words only where it is shown: `/debug/discovery` and the cause of a
+/// `503` that names the peer.
+#[derive(Debug, thiserror::Error)]
+pub enum RefreshError {
+    /// Its discovery could not be read.
+    #[error(transparent)]
+    Fetch(#[from] FetchError),
 }
 
 /// Builds the client for a peer.
@@ -289,7 +299,7 @@ impl Cache {
                     backoff(failures, self.settings.interval)
                 }
             };
-            self.record(&name, took, result.map_err(|e| e.to_string()));
+            self.record(&name, took, result.map_err(RefreshError::from));
             tokio::select! {
                 () = tokio::time::sleep(delay) => {}
                 () = wake.notified() => {
@@ -332,7 +342,7 @@ impl Cache {
 
     /// Records a fetch result and publishes a new snapshot if routing changed. A result for
     /// a peer that has left meanwhile is dropped.
-    fn record(&self, name: &ServerName, took: Duration, result: Result<ServerView, String>) {
+    fn record(&self, name: &ServerName, took: Duration, result: Result<ServerView, RefreshError>) {
         let mut state = self.lock();
         let Some(s) = state.servers.iter_mut().find(|s| &s.name == name) else {
             return;
@@ -343,7 +353,10 @@ impl Cache {
                 peer: name.to_string(),
             })
             .observe(took.as_secs_f64());
-        let was = (s.up, s.attempted, s.error.clone());
+        // The snapshot shows the error, so one that reads differently is a change; the same
+        // failure again (a server still refusing connections) is not.
+        let shown = |s: &ServerState| s.error.as_ref().map(ToString::to_string);
+        let was = (s.up, s.attempted, shown(s));
         s.attempted = true;
         s.last_fetch = Some(SystemTime::now());
         let mut changed = false;
@@ -377,10 +390,10 @@ impl Cache {
             }
             Err(cause) => {
                 s.up = false;
-                s.error = Some(cause);
+                s.error = Some(Arc::new(cause));
             }
         }
-        changed |= was != (s.up, s.attempted, s.error.clone());
+        changed |= was != (s.up, s.attempted, shown(s));
         let (up, is_local) = (s.up, s.local);
         let count = s.view.as_ref().map_or(0, |v| v.gvr_count());
         self.metrics
@@ -407,7 +420,11 @@ impl Cache {
 
     /// [`Cache::record`] for the crate's tests, which feed fetch results by hand.
     #[cfg(test)]
-    pub(crate) fn record_for_test(&self, name: &ServerName, result: Result<ServerView, String>) {
+    pub(crate) fn record_for_test(
+        &self,
+        name: &ServerName,
+        result: Result<ServerView, RefreshError>,
+    ) {
         self.record(name, Duration::ZERO, result);
     }
 
@@ -484,6 +501,7 @@ fn backoff(failures: u32, cap: Duration) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testkit::{fetch_failed, upstream, view};
 
     fn gvs(list: &[&str]) -> BTreeSet<GroupVersion> {
         list.iter()
@@ -548,19 +566,24 @@ mod tests {
         }
     }
 
-    fn upstream(name: &str, url: &str) -> Result<Upstream, UpstreamError> {
-        let settings = crate::forward::ClientSettings {
-            tls: None,
-            server_name: None,
-            connect_timeout: Duration::from_secs(1),
-            insecure_skip_verify: false,
-        };
-        Upstream::new(
-            name.into(),
-            url.parse().unwrap(),
-            &settings,
-            Duration::from_secs(1),
+    /// A cache for the server `local`, whose peers `factory` builds, reading the time from
+    /// `clock`.
+    fn cache(factory: UpstreamFactory, clock: Clock) -> Arc<Cache> {
+        Cache::with_clock(
+            upstream("local", "http://127.0.0.1:1"),
+            factory,
+            RefreshSettings {
+                interval: Duration::from_secs(30),
+                max_document_bytes: 1 << 20,
+            },
+            Arc::new(Metrics::register(&mut Default::default())),
+            clock,
         )
+    }
+
+    /// Peers' upstreams as [`upstream`] builds them, never connected to.
+    fn peers() -> UpstreamFactory {
+        Box::new(|name, url| Ok(upstream(name.as_str(), &url.to_string())))
     }
 
     fn peer(name: &str, url: &str, generation: &str) -> PeerSpec {
@@ -592,17 +615,9 @@ mod tests {
                     source: rustls::pki_types::ServerName::try_from("not a name!").unwrap_err(),
                 });
             }
-            upstream(name.as_str(), &url.to_string())
+            Ok(upstream(name.as_str(), &url.to_string()))
         });
-        let cache = Cache::new(
-            upstream("local", "http://127.0.0.1:1").unwrap(),
-            factory,
-            RefreshSettings {
-                interval: Duration::from_secs(30),
-                max_document_bytes: 1 << 20,
-            },
-            Arc::new(Metrics::register(&mut Default::default())),
-        );
+        let cache = cache(factory, Arc::new(Instant::now));
         let b = "http://127.0.0.2:6443";
         let woken = |cache: &Cache, name: &str| {
             let wake = cache.lock().members[&ServerName::from(name)].wake.clone();
@@ -683,25 +698,13 @@ mod tests {
     /// clock, the published snapshot read after each.
     #[test]
     fn a_crd_that_left_stays_excluded_from_peers_for_five_minutes() {
-        use crate::testkit::view;
         let start = Instant::now();
         let now = Arc::new(Mutex::new(start));
         let clock: Clock = {
             let now = now.clone();
             Arc::new(move || *now.lock().unwrap())
         };
-        let factory: UpstreamFactory =
-            Box::new(|name, url| upstream(name.as_str(), &url.to_string()));
-        let cache = Cache::with_clock(
-            upstream("local", "http://127.0.0.1:1").unwrap(),
-            factory,
-            RefreshSettings {
-                interval: Duration::from_secs(30),
-                max_document_bytes: 1 << 20,
-            },
-            Arc::new(Metrics::register(&mut Default::default())),
-            clock,
-        );
+        let cache = cache(peers(), clock);
         cache.set_peers(vec![peer("b", "http://127.0.0.2:6443", "1")]);
         let widgets = crate::classify::Gvr::new("crd.example", "v1", "widgets");
         let pods = ("", "v1", "pods");
@@ -740,18 +743,7 @@ mod tests {
     #[test]
     fn a_failed_version_read_keeps_the_release_of_an_unchanged_surface() {
         use crate::readiness::side::{Release, ServerVersion};
-        use crate::testkit::view;
-        let factory: UpstreamFactory =
-            Box::new(|name, url| upstream(name.as_str(), &url.to_string()));
-        let cache = Cache::new(
-            upstream("local", "http://127.0.0.1:1").unwrap(),
-            factory,
-            RefreshSettings {
-                interval: Duration::from_secs(30),
-                max_document_bytes: 1 << 20,
-            },
-            Arc::new(Metrics::register(&mut Default::default())),
-        );
+        let cache = cache(peers(), Arc::new(Instant::now));
         let v131 = ServerVersion::from_json(br#"{"gitVersion":"v1.31.0"}"#);
         let old = || Arc::try_unwrap(view(&[("", "v1", "pods")])).unwrap();
         let new = || Arc::try_unwrap(view(&[("", "v1", "pods"), ("", "v1", "nodes")])).unwrap();
@@ -773,11 +765,38 @@ mod tests {
         cache.record_for_test(&local, Ok(old()));
         assert_eq!(release(&cache), r131);
         // then down: the last view keeps its release
-        cache.record_for_test(&local, Err("connection refused".to_owned()));
+        cache.record_for_test(&local, Err(fetch_failed("local", "connection refused")));
         assert_eq!(release(&cache), r131);
         // another surface with /version unread: the release is not known
         cache.record_for_test(&local, Ok(new()));
         assert_eq!(release(&cache), None);
+    }
+
+    /// The failure keeps its origin up to where it is shown; the same failure again is no
+    /// change (nothing republished), another one is.
+    #[test]
+    fn a_failure_is_kept_typed_and_republished_only_when_it_reads_differently() {
+        let cache = cache(peers(), Arc::new(Instant::now));
+        let local: ServerName = "local".into();
+        cache.record_for_test(&local, Err(fetch_failed("local", "connection refused")));
+        let first = cache.load();
+        let error = cache.servers()[0].error.clone();
+        assert!(
+            matches!(
+                error.as_deref(),
+                Some(RefreshError::Fetch(FetchError::Request { path, .. })) if path == "/api"
+            ),
+            "{error:?}"
+        );
+        cache.record_for_test(&local, Err(fetch_failed("local", "connection refused")));
+        assert!(Arc::ptr_eq(&first, &cache.load()), "the same failure again");
+        cache.record_for_test(&local, Err(fetch_failed("local", "connection reset")));
+        assert!(!Arc::ptr_eq(&first, &cache.load()), "another failure");
+        let shown = cache.servers()[0].error.as_ref().map(ToString::to_string);
+        assert_eq!(
+            shown.as_deref(),
+            Some("GET /api: local could not be reached: connection reset")
+        );
     }
 
     #[test]

@@ -15,6 +15,7 @@ use bytes::Bytes;
 use super::ServerName;
 use super::legacy;
 use super::merge::{self, Merged};
+use super::refresh::RefreshError;
 use super::types::{ApiGroupDiscovery, ApiGroupDiscoveryList};
 use crate::classify::Gvr;
 use crate::forward::Upstream;
@@ -176,8 +177,8 @@ pub struct ServerState {
     pub local: bool,
     /// The last fetch succeeded.
     pub up: bool,
-    /// The last fetch error, in words.
-    pub error: Option<String>,
+    /// Why the last fetch failed (`None` after a success), in words only where it is shown.
+    pub error: Option<Arc<RefreshError>>,
     /// When it was last fetched.
     pub last_fetch: Option<SystemTime>,
     /// The last good view; `None` until a fetch has succeeded once. A server that goes down
@@ -209,7 +210,7 @@ pub struct PeerEntry {
     /// Its last fetch succeeded.
     pub up: bool,
     /// Why its last fetch failed.
-    pub error: Option<String>,
+    pub error: Option<Arc<RefreshError>>,
     /// The view after group-version exclusion; `None` if never fetched.
     pub view: Option<ServerView>,
 }
@@ -427,7 +428,7 @@ impl Snapshot {
     }
 
     /// The first peer whose surface has never been fetched, with its last error.
-    pub fn unseen_peer(&self) -> Option<(&ServerName, Option<&str>)> {
+    pub fn unseen_peer(&self) -> Option<(&ServerName, Option<&RefreshError>)> {
         self.peers
             .iter()
             .find(|(_, p)| p.view.is_none())

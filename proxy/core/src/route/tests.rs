@@ -8,7 +8,7 @@ use http::{HeaderMap, HeaderValue, Method};
 use super::*;
 use crate::classify::classify;
 use crate::discovery::{ServerState, ServerView};
-use crate::testkit::view;
+use crate::testkit::{fetch_failed, view};
 
 struct Server {
     name: &'static str,
@@ -24,7 +24,7 @@ fn snapshot(servers: Vec<Server>) -> Snapshot {
             let mut st = ServerState::new(s.name.into(), format!("http://{}", s.name), s.local);
             st.up = s.up;
             st.attempted = true;
-            st.error = (!s.up).then(|| "connection refused".to_owned());
+            st.error = (!s.up).then(|| Arc::new(fetch_failed(s.name, "connection refused")));
             st.view = s.view;
             st
         })
@@ -212,7 +212,12 @@ fn every_capable_peer_down_is_a_503_never_a_404() {
     ) {
         Route::Unavailable(e @ ProxyError::PeersDown { .. }) => {
             assert_eq!(e.status(), http::StatusCode::SERVICE_UNAVAILABLE);
-            assert!(e.to_string().contains("apiserver-b"), "{e}");
+            // the peer's last fetch failure, in words
+            assert!(
+                e.to_string()
+                    .contains("apiserver-b could not be reached: connection refused"),
+                "{e}"
+            );
         }
         other => panic!("{other:?}"),
     }
@@ -230,8 +235,12 @@ fn unknown_gvr_while_a_peer_was_never_seen_is_a_503_naming_it() {
         },
     ]);
     match route(&s, Method::GET, "/apis/example.com/v1/widgets", &[]) {
-        Route::Unavailable(ProxyError::SurfaceUnknown { peer, .. }) => {
-            assert_eq!(peer.as_str(), "apiserver-b")
+        Route::Unavailable(ProxyError::SurfaceUnknown { peer, cause, .. }) => {
+            assert_eq!(peer.as_str(), "apiserver-b");
+            assert_eq!(
+                cause,
+                "GET /api: apiserver-b could not be reached: connection refused"
+            );
         }
         other => panic!("{other:?}"),
     }

@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::readiness::side::{Release, Side};
-use crate::testkit::view;
+use crate::testkit::{group_names, view};
 
 fn state(
     name: &str,
@@ -49,14 +49,7 @@ fn the_merged_apis_is_built_once_per_snapshot() {
     let (second, cached) = snap.merged().expect("local fetched");
     assert!(cached, "then served from the snapshot");
     assert!(Arc::ptr_eq(&first, &second));
-    let doc: serde_json::Value = serde_json::from_slice(&first.aggregated).expect("JSON");
-    let groups: Vec<&str> = doc["items"]
-        .as_array()
-        .expect("items")
-        .iter()
-        .filter_map(|g| g["metadata"]["name"].as_str())
-        .collect();
-    assert_eq!(groups, ["apps", "batch"]);
+    assert_eq!(group_names(&first.aggregated), ["apps", "batch"]);
 
     let unfetched = Snapshot::build(
         vec![state("a", true, None, None)],
