@@ -10,12 +10,16 @@
 //! Here a connection has no task. Whoever holds it polls it: the request's own future while
 //! it waits for the response head, then the response body ([`Lease`], inside
 //! [`crate::h2pool::UpstreamBody`]) while the client reads it. Once the body has been read to
-//! its end the connection goes back to the pool, idle and unpolled; the next request to take
-//! it polls it first, which is how a connection the upstream closed meanwhile is found out
-//! (and skipped). A body dropped before its end closes its connection, as an HTTP/1.1
-//! exchange cut short must. A request that a reused connection could not even start (it was
-//! closed under it) is sent again on another one, as hyper-util's client does; once written,
-//! a request is never sent twice.
+//! its end the connection goes back to the pool, idle. One task per pool watches the idle
+//! connections: each is polled once with that task's waker when it comes back, so the
+//! upstream closing it (an EOF) wakes the watcher, which drops it at once and frees its
+//! descriptor, as hyper-util's connection tasks do; a connection the watcher has not seen
+//! yet is found out by the next request to take it, which polls it first (and skips it).
+//! The watcher costs nothing per request beyond that one poll: it runs when an idle
+//! connection closes or expires. A body dropped before its end closes its connection, as an
+//! HTTP/1.1 exchange cut short must. A request that a reused connection could not even start
+//! (it was closed under it) is sent again on another one, as hyper-util's client does; once
+//! written, a request is never sent twice.
 //!
 //! Upgrades (exec, attach, port-forward) get a fresh connection, run as a task with hyper's
 //! upgrade support: the connection becomes the tunnel and never returns to the pool.
@@ -42,8 +46,6 @@ use crate::forward::{Body, BoxError, Connector};
 pub(crate) const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 /// Idle connections kept per upstream; more are closed when their exchange ends.
 pub(crate) const MAX_IDLE: usize = 1024;
-/// How often idle connections are checked for age and for having been closed upstream.
-const REAP_INTERVAL: Duration = Duration::from_secs(30);
 
 type Io = MaybeHttpsStream<TokioIo<TcpStream>>;
 type Conn = http1::Connection<Io, Body>;
@@ -56,9 +58,13 @@ pub(crate) struct H1Pool {
 
 #[derive(Default)]
 struct Idle {
-    /// Most recently used last.
+    /// Most recently used last (so the oldest first).
     conns: Vec<IdleConn>,
-    reaper: bool,
+    /// The watcher task has been started.
+    watching: bool,
+    /// The watcher's waker, once it has run: an idle connection polled with it wakes the
+    /// watcher when its upstream closes it.
+    watcher: Option<Waker>,
 }
 
 struct IdleConn {
@@ -197,43 +203,66 @@ impl H1Pool {
         None
     }
 
-    fn put(self: Arc<Self>, conn: Box<Driven>) {
+    fn put(self: Arc<Self>, mut conn: Box<Driven>) {
         let mut idle = self.lock();
         if idle.conns.len() >= MAX_IDLE {
             return;
+        }
+        if let Some(watcher) = &idle.watcher {
+            // Idle, the connection only looks for an EOF (or stray bytes): from now on its
+            // arrival wakes the watcher.
+            conn.drive(&mut Context::from_waker(watcher));
+            if !conn.is_open() {
+                return;
+            }
         }
         idle.conns.push(IdleConn {
             conn,
             since: Instant::now(),
         });
-        if !idle.reaper
+        if !idle.watching
             && let Ok(rt) = tokio::runtime::Handle::try_current()
         {
-            idle.reaper = true;
-            rt.spawn(reap(Arc::downgrade(&self)));
+            idle.watching = true;
+            rt.spawn(watch(Arc::downgrade(&self)));
         }
     }
 }
 
-/// Closes idle connections that are too old or that the upstream closed, until the pool is
-/// gone.
-async fn reap(pool: Weak<H1Pool>) {
-    let mut tick = tokio::time::interval(REAP_INTERVAL);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    tick.tick().await;
-    loop {
-        tick.tick().await;
-        let Some(pool) = pool.upgrade() else {
-            return;
-        };
-        let now = Instant::now();
-        let mut cx = Context::from_waker(Waker::noop());
-        pool.lock().conns.retain_mut(|c| {
-            // Polled with no waker: reads what already arrived (an EOF) and nothing more.
-            c.conn.drive(&mut cx);
-            c.conn.is_open() && now.duration_since(c.since) < IDLE_TIMEOUT
-        });
-    }
+/// Drops idle connections as soon as their upstream closes them, and when they expire, until
+/// the pool is gone. Woken by an idle connection's socket (an EOF) and by the oldest one's
+/// expiry; an empty pool is looked at again after [`IDLE_TIMEOUT`] (to end once it is gone).
+async fn watch(pool: Weak<H1Pool>) {
+    let mut expiry = pin!(tokio::time::sleep(IDLE_TIMEOUT));
+    poll_fn(|cx| {
+        loop {
+            let Some(pool) = pool.upgrade() else {
+                return Poll::Ready(());
+            };
+            let mut idle = pool.lock();
+            if !idle
+                .watcher
+                .as_ref()
+                .is_some_and(|w| w.will_wake(cx.waker()))
+            {
+                idle.watcher = Some(cx.waker().clone());
+            }
+            let now = Instant::now();
+            idle.conns.retain_mut(|c| {
+                // Reads what arrived (an EOF closes the connection) and registers this task's
+                // waker for what comes next.
+                c.conn.drive(cx);
+                c.conn.is_open() && now.duration_since(c.since) < IDLE_TIMEOUT
+            });
+            let next = idle.conns.first().map_or(now, |oldest| oldest.since) + IDLE_TIMEOUT;
+            drop(idle);
+            expiry.as_mut().reset(next.into());
+            if expiry.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+        }
+    })
+    .await;
 }
 
 impl Driven {
@@ -294,13 +323,18 @@ mod tests {
 
     /// A plain HTTP/1.1 upstream on loopback that counts connections opened and closed by the
     /// client. `/close` is answered and then the connection closed; `/partial` promises 10
-    /// bytes and sends 2; everything else gets `ok`, keep-alive.
+    /// bytes and sends 2; `/close-when-told` is answered, and once `close_idle` is set the
+    /// server closes its side of that (by then idle) connection and waits for the client to
+    /// close its own; everything else gets `ok`, keep-alive.
     struct Server {
         url: Uri,
         opened: Arc<AtomicUsize>,
         closed_by_client: Arc<AtomicUsize>,
         /// One message per connection this server closed itself.
         server_closed: tokio::sync::mpsc::UnboundedReceiver<()>,
+        /// One message per connection the client closed (its descriptor is gone).
+        client_closed: tokio::sync::mpsc::UnboundedReceiver<()>,
+        close_idle: tokio::sync::watch::Sender<bool>,
         task: tokio::task::JoinHandle<()>,
     }
 
@@ -312,11 +346,13 @@ mod tests {
         let opened = Arc::new(AtomicUsize::new(0));
         let closed_by_client = Arc::new(AtomicUsize::new(0));
         let (tx, server_closed) = tokio::sync::mpsc::unbounded_channel();
+        let (gone, client_closed) = tokio::sync::mpsc::unbounded_channel();
+        let (close_idle, told) = tokio::sync::watch::channel(false);
         let (o, c) = (opened.clone(), closed_by_client.clone());
         let task = tokio::spawn(async move {
             while let Ok((mut tcp, _)) = listener.accept().await {
                 o.fetch_add(1, Ordering::SeqCst);
-                let (c, tx) = (c.clone(), tx.clone());
+                let (c, tx, gone, mut told) = (c.clone(), tx.clone(), gone.clone(), told.clone());
                 tokio::spawn(async move {
                     let mut buf = Vec::new();
                     loop {
@@ -324,6 +360,7 @@ mod tests {
                         let n = tcp.read(&mut chunk).await.unwrap_or(0);
                         if n == 0 {
                             c.fetch_add(1, Ordering::SeqCst);
+                            let _ = gone.send(());
                             return;
                         }
                         buf.extend_from_slice(&chunk[..n]);
@@ -346,6 +383,12 @@ mod tests {
                             let _ = tx.send(());
                             return;
                         }
+                        if head.starts_with("GET /close-when-told ") {
+                            let _ = told.wait_for(|t| *t).await;
+                            // FIN; the loop then reads until the client closes its end
+                            let _ = tcp.shutdown().await;
+                            let _ = tx.send(());
+                        }
                     }
                 });
             }
@@ -355,6 +398,8 @@ mod tests {
             opened,
             closed_by_client,
             server_closed,
+            client_closed,
+            close_idle,
             task,
         }
     }
@@ -413,6 +458,30 @@ mod tests {
             tokio::task::yield_now().await;
         }
         assert_eq!(server.closed_by_client.load(Ordering::SeqCst), 1);
+        server.task.abort();
+    }
+
+    #[tokio::test]
+    async fn an_idle_connection_its_upstream_closed_is_closed_without_a_request_to_find_it() {
+        let mut server = server().await;
+        let up = upstream(&server.url);
+        ok(&up, "/close-when-told").await;
+        assert_eq!(up.http1_idle_connections(), 1);
+
+        // the upstream closes the idle connection (as a server's keep-alive timeout or a
+        // restart does); no request comes to find out
+        server.close_idle.send_replace(true);
+        server.server_closed.recv().await.unwrap();
+        // mvproxy closes its end: the descriptor is freed. The bound is far below the idle
+        // expiry (IDLE_TIMEOUT, 90 s), the only other thing that would close it.
+        let closed = tokio::time::timeout(Duration::from_secs(10), server.client_closed.recv());
+        assert_eq!(closed.await, Ok(Some(())));
+        assert_eq!(up.http1_idle_connections(), 0);
+        assert_eq!(server.closed_by_client.load(Ordering::SeqCst), 1);
+
+        // and the next request opens a new connection, with no failed attempt
+        ok(&up, "/keep").await;
+        assert_eq!(server.opened.load(Ordering::SeqCst), 2);
         server.task.abort();
     }
 }
