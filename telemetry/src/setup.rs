@@ -4,15 +4,10 @@
 //! path pays nothing for them (the client's trace headers pass along untouched). With an
 //! endpoint, the request spans ([`crate::trace`]) go out through the SDK's batch processor,
 //! which exports on its own thread: a slow or dead collector fills (and then drops from) a
-//! bounded queue, it never blocks a request. Nor does the export's CPU time: the exporter's
-//! threads (the batch processor's, the HTTP client's) run in Linux's lowest scheduling class,
-//! `SCHED_IDLE` (`provider_at_idle_priority`), so a request thread that wakes up takes the
-//! core from them at once instead of waiting out a time slice while a batch is encoded; when
-//! the proxy keeps its cores busy, the queue fills and spans are dropped rather than requests
-//! delayed. Log lines go through `tracing`, which carries no
+//! bounded queue, it never blocks a request. Log lines go through `tracing`, which carries no
 //! spans. The OTLP/HTTP client
 //! is the blocking one on purpose: the async clients need a Tokio reactor the batch thread does
-//! not have, and would panic there and silently export nothing (observability-notes §1.3).
+//! not have, and would panic there and silently export nothing.
 
 use opentelemetry::KeyValue;
 use opentelemetry::trace::TracerProvider as _;
@@ -218,47 +213,12 @@ pub fn init(settings: &Settings) -> Result<TelemetryGuard, TelemetryError> {
     let provider = match &settings.export {
         None => None,
         Some(export) => {
-            let provider = provider_at_idle_priority(export, settings)?;
+            let provider = provider(export, settings)?;
             crate::trace::install(provider.tracer("mvproxy"));
             Some(provider)
         }
     };
     Ok(TelemetryGuard { provider })
-}
-
-/// [`provider`], built on a thread of its own that first moves itself to `SCHED_IDLE`: the
-/// threads the exporter and the batch processor start from there inherit the scheduling
-/// class (a new thread takes its creator's), so export work never preempts a request. The
-/// caller's tokio runtime, if any, is entered there (the gRPC exporter spawns its channel's
-/// task on it). Where the class cannot be set, the provider is built all the same.
-fn provider_at_idle_priority(
-    export: &Export,
-    settings: &Settings,
-) -> Result<SdkTracerProvider, TelemetryError> {
-    use thread_priority::{
-        NormalThreadSchedulePolicy, ThreadPriority, ThreadSchedulePolicy,
-        set_thread_priority_and_policy, thread_native_id,
-    };
-    let runtime = tokio::runtime::Handle::try_current().ok();
-    let (export, settings) = (export.clone(), settings.clone());
-    let var = export.endpoint_var;
-    std::thread::Builder::new()
-        .name("otel-setup".into())
-        .spawn(move || {
-            let _runtime = runtime.as_ref().map(tokio::runtime::Handle::enter);
-            let idle = ThreadSchedulePolicy::Normal(NormalThreadSchedulePolicy::Idle);
-            if let Err(e) =
-                set_thread_priority_and_policy(thread_native_id(), ThreadPriority::Min, idle)
-            {
-                eprintln!(
-                    "mvproxy: span export runs at normal priority (SCHED_IDLE refused: {e:?})"
-                );
-            }
-            provider(&export, &settings)
-        })
-        .map_err(|e| err(var, format!("starting the exporter: {e}")))?
-        .join()
-        .map_err(|_| err(var, "building the exporter panicked"))?
 }
 
 fn provider(export: &Export, settings: &Settings) -> Result<SdkTracerProvider, TelemetryError> {
@@ -290,48 +250,6 @@ fn provider(export: &Export, settings: &Settings) -> Result<SdkTracerProvider, T
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// The scheduling policy of each thread of this process whose name starts with `prefix`
-    /// (`/proc/self/task/*/stat`, field 41; `SCHED_IDLE` is 5, `SCHED_OTHER` 0).
-    fn policies(prefix: &str) -> Vec<u32> {
-        let mut out = Vec::new();
-        for task in std::fs::read_dir("/proc/self/task").unwrap() {
-            let dir = task.unwrap().path();
-            let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
-            if !comm.starts_with(prefix) {
-                continue;
-            }
-            let stat = std::fs::read_to_string(dir.join("stat")).unwrap();
-            // fields after the command, which is in parentheses: state is field 3
-            let rest = stat.rsplit_once(')').unwrap().1;
-            let policy = rest.split_whitespace().nth(41 - 3).unwrap();
-            out.push(policy.parse().unwrap());
-        }
-        out
-    }
-
-    #[test]
-    fn the_exporter_s_threads_run_at_idle_priority_and_the_caller_s_do_not() {
-        let s = settings(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9/")]).unwrap();
-        let provider = provider_at_idle_priority(s.export.as_ref().unwrap(), &s).unwrap();
-        // the batch processor's thread ("OpenTelemetry.Traces.BatchProcessor", cut to 15 bytes)
-        let batch = policies("OpenTelemetry.T");
-        assert_eq!(batch, [5], "the batch processor's thread is SCHED_IDLE");
-        // the blocking HTTP client's runtime thread, which sends the batches
-        let client = policies("reqwest-interna");
-        assert!(
-            !client.is_empty() && client.iter().all(|p| *p == 5),
-            "{client:?}"
-        );
-        let me = std::fs::read_to_string("/proc/thread-self/comm").unwrap();
-        assert_eq!(
-            policies(me.trim()).first(),
-            Some(&0),
-            "the caller keeps its class"
-        );
-        // nothing was sampled: shutting down sends nothing
-        provider.shutdown().unwrap();
-    }
 
     fn settings(vars: &[(&str, &str)]) -> Result<Settings, TelemetryError> {
         let vars: Vec<(String, String)> = vars
