@@ -27,7 +27,8 @@ fn same_buckets(got: &[f64], want: &[f64]) -> bool {
 }
 
 /// Prometheus names of the spanmetrics connector's metrics for `config`'s namespace and unit
-/// (observability-notes §3.1: dots become underscores, then the unit and type suffixes).
+/// (the Prometheus exporter's translation, opentelemetry-collector-contrib
+/// `pkg/translator/prometheus`: dots become underscores, then the unit and type suffixes).
 fn spanmetrics_names(spanmetrics: &serde_yaml_ng::Value) -> BTreeSet<String> {
     let prefix = s(&spanmetrics["namespace"]).replace('.', "_");
     let unit = match s(&spanmetrics["histogram"]["unit"]) {

@@ -1,6 +1,7 @@
 //! Where a request goes: the Mixed Version Proxy decision, as a pure function.
 //!
-//! The order of checks is upstream's `WrapHandler` (mvp-spec §1.3), first match wins:
+//! The order of checks is upstream's `WrapHandler` (k8s.io/apiserver kubernetes-1.36.0,
+//! `pkg/util/peerproxy/peerproxy_handler.go`), first match wins:
 //! non-resource → local; already proxied → local (one hop at most); local discovery not yet
 //! fetched → local; served locally → local; served by no peer → local, so the client gets the
 //! API server's own 404; else a capable peer, chosen uniformly at random among those up.

@@ -1,6 +1,7 @@
 //! Reading one server's API surface.
 //!
-//! `/api` and `/apis` are asked for with the `profile=nopeer` Accept (mvp-spec §5 item 21), so
+//! `/api` and `/apis` are asked for with the `profile=nopeer` Accept (as client-go's `discovery/discovery_client.go`
+//! `selectDiscoveryAcceptHeader` sends it with `NoPeerDiscovery`), so
 //! a peer that merges discovery itself still tells only its own surface. A response counts as
 //! aggregated only if it is a 200 whose `Content-Type` names `APIGroupDiscoveryList` v2 or
 //! v2beta1 (kubernetes#119662); anything else is read as legacy discovery and completed with

@@ -5,7 +5,8 @@
 //! sees every group-version some server can serve and the Mixed Version Proxy forwards requests
 //! for it. mvproxy must answer with the same document, so this module follows upstream's
 //! `peer_aggregated_handler.go` (k8s.io/apiserver, `pkg/endpoints/discovery/aggregated`) and
-//! apimachinery's `MergePreservingRelativeOrder` step by step (mvp-spec §2.3), quirks included:
+//! apimachinery's `MergePreservingRelativeOrder` step by step (`pkg/util/sort/sort.go` in k8s.io/apimachinery
+//! kubernetes-1.36.0), quirks included:
 //!
 //! - the local server has no precedence: servers are processed in ascending ID order, and the
 //!   first server to list a resource supplies every field of it except verbs and subresources;
@@ -48,7 +49,7 @@ pub enum Merged {
 /// Beyond upstream's two "return local" cases, the result is also `Unchanged` when the merged
 /// groups equal `local` (say, a peer serving a subset of local's groups): upstream re-encodes
 /// the same content then, and serving local's own bytes keeps `/apis` byte-identical to the
-/// `profile=nopeer` document (mvp-spec §5 item 27).
+/// `profile=nopeer` document.
 pub fn merge(
     local_id: &str,
     local: &[ApiGroupDiscovery],

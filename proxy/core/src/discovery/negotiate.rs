@@ -1,7 +1,8 @@
 //! Which discovery document a request for `/apis` asks for.
 //!
 //! kube-apiserver decides between aggregated and legacy discovery from the `Accept` header
-//! (mvp-spec §2.2): the first acceptable media range wins; an aggregated `v2` range without
+//! (k8s.io/apiserver kubernetes-1.36.0, `pkg/endpoints/discovery/aggregated/wrapper.go`
+//! `ServeHTTP` and `pkg/endpoints/handlers/negotiation/negotiate.go`): the first acceptable media range wins; an aggregated `v2` range without
 //! `profile=nopeer` gets the peer-merged document. mvproxy renders JSON only, so ranges it
 //! cannot render (protobuf, YAML, CBOR) are skipped and the next one is tried, as a client
 //! that listed several formats expects.

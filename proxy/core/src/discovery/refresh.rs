@@ -310,7 +310,8 @@ impl Cache {
     }
 
     /// Upstream counts each discovery request to a peer in the rerouted-requests family, with
-    /// empty group, version and resource (mvp-spec §1.7); the local server's are not.
+    /// empty group, version and resource (k8s.io/apiserver kubernetes-1.36.0,
+    /// `pkg/util/peerproxy/metrics/metrics.go`); the local server's are not.
     fn observe_fetch(&self, local: bool, status: http::StatusCode) {
         if local {
             return;

@@ -19,7 +19,8 @@ pub const CONTENT_TYPE_V2: &str =
 /// `Content-Type` of a v2beta1 aggregated discovery response.
 pub const CONTENT_TYPE_V2BETA1: &str =
     "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList";
-/// The `Accept` a peer-aware client sends to see one server only (mvp-spec §5 item 21, plus
+/// The `Accept` a peer-aware client sends to see one server only (client-go's
+/// `discovery/discovery_client.go` with `NoPeerDiscovery`, plus
 /// v2beta1 and plain JSON so that every release answers something mvproxy can read).
 pub const ACCEPT_NOPEER: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList;profile=nopeer,application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json";
 
