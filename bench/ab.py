@@ -5,7 +5,9 @@ ratio to nginx in the same repeat, and system calls per request.
     python3 bench/ab.py OLD_BINARY NEW_BINARY [NEW_BINARY@0.1 ...]
 
 Each argument is an mvproxy binary; `BINARY@RATIO` runs it with spans exported to a local
-OTLP sink, sampled with `traceidratio` RATIO (`@0`: an exporter, nothing sampled). Same
+OTLP sink, sampled with `traceidratio` RATIO (`@0`: an exporter, nothing sampled);
+`BINARY@tls` serves TLS + HTTP/2 from the client (oha, as bench/loadtest.py's TLS rows), no
+export, and is compared with nginx over TLS + HTTP/2 in the same repeat. Same
 layout as bench/loadtest.py (whose setup it reuses): upstream nginx and the proxies on core
 0, wrk (32 connections, closed loop) and the sink on core 1, everything on 127.0.0.1.
 Every configuration runs once per repeat, interleaved, so that the machine's noise hits
@@ -101,18 +103,22 @@ def main():
         pids["nginx"] = procs.start("nginx", ["nginx", "-c", f"{work}/nginx-proxy.conf", "-g", "daemon off;"],
                                     lt.PROXY_CORE).pid
         ports = {"nginx": lt.NGINX}
+        if any(a.endswith("@tls") for a in sys.argv[1:]):
+            pids["nginx-tls"] = pids["nginx"]
+            ports["nginx-tls"] = lt.NGINX_TLS
         procs.start("sink", [sys.executable, os.path.join(lt.ROOT, "bench/loadtest.py"), "--sink", str(lt.SINK)],
                     lt.LOAD_CORE)
         for i, arg in enumerate(sys.argv[1:]):
             port, admin = 18200 + i, 18300 + i
             binary, _, ratio = arg.partition("@")
             env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
-            if ratio:
+            tls = ["--tls-cert-file", cert, "--tls-key-file", key] if ratio == "tls" else []
+            if ratio and not tls:
                 env["OTEL_EXPORTER_OTLP_ENDPOINT"] = f"http://127.0.0.1:{lt.SINK}"
                 env["OTEL_TRACES_SAMPLER"] = "traceidratio"
                 env["OTEL_TRACES_SAMPLER_ARG"] = ratio
             pids[arg] = procs.start(arg, [binary, "serve", "--local", f"http://127.0.0.1:{lt.UP}", "--listen",
-                                          f"127.0.0.1:{port}", "--admin-listen", f"127.0.0.1:{admin}"],
+                                          f"127.0.0.1:{port}", "--admin-listen", f"127.0.0.1:{admin}"] + tls,
                                     lt.PROXY_CORE, env=env, log=f"{work}/{i}.log").pid
             lt.wait_ready(admin)
             ports[arg] = port
@@ -122,7 +128,13 @@ def main():
         for rep in range(reps):
             for name, port in ports.items():
                 tree = lt.tree(pids[name])
-                lt.wrk(port, "1s", 32)
+                h2 = name.endswith("tls")
+
+                def load(d):
+                    if h2:
+                        return lt.oha(port, d, True, connections=32)[:2]
+                    return lt.wrk(port, d, 32)
+                load("1s")
                 perf = None
                 if os.environ.get("PERF") and os.environ["PERF"] in name and not profiled:
                     profiled = True
@@ -136,7 +148,7 @@ def main():
                 sink0 = sink_bytes()
                 u0, s0 = cpu_split(tree)
                 seg0 = tcp_segments()
-                (n, rps), calls = syscalls(tree, lambda: lt.wrk(port, duration, 32))
+                (n, rps), calls = syscalls(tree, lambda: load(duration))
                 seg1 = tcp_segments()
                 u1, s1 = cpu_split(tree)
                 if perf:
@@ -144,7 +156,7 @@ def main():
                     perf.wait()
                     print(f"  profile: {data}", flush=True)
                 exported = float("nan")
-                if "@" in name:
+                if "@" in name and not h2:
                     # what reached the sink: the batch processor sends what is left of a batch
                     # after its 5 s schedule delay; a span dropped from a full queue never comes
                     time.sleep(6)
@@ -152,8 +164,8 @@ def main():
                 p50 = p99 = exported_open = float("nan")
                 if os.environ.get("LATENCY") == "1":
                     sink1 = sink_bytes()
-                    m, _, p50, p99 = lt.oha(port, duration, False, rate=int(os.environ.get("RATE", "2000")))
-                    if "@" in name:
+                    m, _, p50, p99 = lt.oha(port, duration, h2, rate=int(os.environ.get("RATE", "2000")))
+                    if "@" in name and not h2:
                         time.sleep(6)
                         exported_open = (sink_bytes() - sink1) / m
                 r = ((u1 - u0 + s1 - s0) / n * 1e6, (u1 - u0) / n * 1e6, (s1 - s0) / n * 1e6, calls / n,
@@ -163,19 +175,21 @@ def main():
                       f"system {r[2]:5.1f}), {r[3]:4.2f} syscalls/req, {r[4]:4.2f} segments/req, {rps:7.0f} req/s"
                       + (f", {exported:4.0f} span bytes exported/req" if exported == exported else "")
                       + (f", p50 {p50:5.0f} µs, p99 {p99:6.0f} µs" if p99 == p99 else ""), flush=True)
-        print(f"\nmedians of {reps} repeats of {duration}; ratio = CPU per request / nginx's in the same repeat\n")
+        print(f"\nmedians of {reps} repeats of {duration}; ratio = CPU per request / nginx's in the same repeat "
+              "(`@tls` rows: nginx over TLS + HTTP/2)\n")
         print("| configuration | CPU per request | user | system | syscalls per request | TCP segments per request | "
               "vs nginx (min–max) |")
         print("| --- | --- | --- | --- | --- | --- | --- |")
         latency = []
         for name, v in results.items():
-            ratios = [a[0] / b[0] for a, b in zip(v, results["nginx"])]
+            ref = results["nginx-tls" if name.endswith("tls") else "nginx"]
+            ratios = [a[0] / b[0] for a, b in zip(v, ref)]
             med = [statistics.median(x[i] for x in v) for i in range(9)]
             print(f"| {os.path.basename(name)} | {med[0]:.1f} µs | {med[1]:.1f} µs | {med[2]:.1f} µs | {med[3]:.2f} | "
                   f"{med[4]:.2f} | {statistics.median(ratios):.2f} ({min(ratios):.2f}–{max(ratios):.2f}) |"
                   + (f" {med[7]:.0f} span bytes exported per request |" if med[7] == med[7] else ""))
             if med[6] == med[6]:
-                tails = [a[6] / b[6] for a, b in zip(v, results["nginx"])]
+                tails = [a[6] / b[6] for a, b in zip(v, ref)]
                 latency.append(f"| {os.path.basename(name)} | {med[5]:.0f} µs | {med[6]:.0f} µs | "
                                f"{statistics.median(tails):.2f} ({min(tails):.2f}–{max(tails):.2f}) |"
                                + (f" {med[8]:.0f} span bytes exported per request |" if med[8] == med[8] else ""))
