@@ -439,6 +439,7 @@ pub(crate) async fn serve(
         tokio::spawn(async move {
             let _permit = permit;
             let auth_app = app.clone();
+            let boxed_app = app.clone();
             let service = |identity: ClientIdentity| {
                 let identity = Arc::new(identity);
                 hyper::service::service_fn(move |req| {
@@ -446,14 +447,37 @@ pub(crate) async fn serve(
                     async move { Ok::<_, std::convert::Infallible>(handle(app, identity, req).await) }
                 })
             };
+            // For HTTP/2 the same future boxed: hyper's HTTP/2 server spawns a task per request
+            // holding it, and tokio moves a task's future by value (into the task cell, and
+            // over it again when it completes), several KB each time; boxed, those moves are
+            // of a pointer (they were 8 % of the proxy's CPU under TLS + HTTP/2,
+            // bench/PERF_NOTES.md). HTTP/1.1 keeps it inline: hyper's HTTP/1.1 server holds it
+            // in place, and the box would only add an allocation per request.
+            let service_h2 = |identity: ClientIdentity| {
+                let identity = Arc::new(identity);
+                hyper::service::service_fn(move |req| {
+                    let (app, identity) = (boxed_app.clone(), identity.clone());
+                    Box::pin(async move {
+                        Ok::<_, std::convert::Infallible>(handle(app, identity, req).await)
+                    })
+                })
+            };
             let result = match tls {
                 Some(acceptor) => match crate::tls::accept::accept(&acceptor, stream).await {
                     Ok(s) => {
                         let identity = auth_app.auth.identify(s.get_ref().1.peer_certificates());
+                        let h2 = s.get_ref().1.alpn_protocol() == Some(b"h2".as_slice());
                         let io =
                             TokioIo::new(limits::FirstBytes::new(s, limits::HEADER_READ_TIMEOUT));
-                        let conn = builder.serve_connection_with_upgrades(io, service(identity));
-                        watcher.watch(conn.into_owned()).await
+                        if h2 {
+                            let conn =
+                                builder.serve_connection_with_upgrades(io, service_h2(identity));
+                            watcher.watch(conn.into_owned()).await
+                        } else {
+                            let conn =
+                                builder.serve_connection_with_upgrades(io, service(identity));
+                            watcher.watch(conn.into_owned()).await
+                        }
                     }
                     Err(e) => {
                         tracing::debug!(%remote, error = %e, "TLS handshake failed");
