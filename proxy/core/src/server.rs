@@ -389,17 +389,12 @@ fn record(
     );
 }
 
-/// Methods as a closed set, so a client cannot grow the label set.
+/// Methods as a closed set, so a client cannot grow the label set (`CONNECT` and `TRACE`,
+/// which no API server serves, are `OTHER` too).
 fn method_label(m: &Method) -> &'static str {
-    match *m {
-        Method::GET => "GET",
-        Method::POST => "POST",
-        Method::PUT => "PUT",
-        Method::PATCH => "PATCH",
-        Method::DELETE => "DELETE",
-        Method::HEAD => "HEAD",
-        Method::OPTIONS => "OPTIONS",
-        _ => "OTHER",
+    match crate::spans::standard_method(m) {
+        Some("CONNECT" | "TRACE") | None => "OTHER",
+        Some(name) => name,
     }
 }
 

@@ -55,7 +55,7 @@ fn span_name(method: &Method, info: &RequestInfo) -> Cow<'static, str> {
 }
 
 /// The method's name as a `'static` string, for the methods HTTP defines.
-fn standard_method(method: &Method) -> Option<&'static str> {
+pub(crate) fn standard_method(method: &Method) -> Option<&'static str> {
     Some(match *method {
         Method::GET => "GET",
         Method::POST => "POST",

@@ -112,3 +112,22 @@ async fn get_apis_is_answered_with_every_servers_groups_merged() {
         "merged once, then served from the snapshot: {scrape}"
     );
 }
+
+#[test]
+fn the_method_label_is_a_closed_set() {
+    for (method, label) in [
+        ("GET", "GET"),
+        ("POST", "POST"),
+        ("PUT", "PUT"),
+        ("PATCH", "PATCH"),
+        ("DELETE", "DELETE"),
+        ("HEAD", "HEAD"),
+        ("OPTIONS", "OPTIONS"),
+        ("CONNECT", "OTHER"),
+        ("TRACE", "OTHER"),
+        ("PURGE", "OTHER"),
+    ] {
+        let m = http::Method::from_bytes(method.as_bytes()).unwrap();
+        assert_eq!(method_label(&m), label, "{method}");
+    }
+}
