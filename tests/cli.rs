@@ -170,6 +170,33 @@ fn invalid_configuration_exits_2_with_one_line_naming_the_field() {
 }
 
 #[test]
+fn a_bad_worker_thread_count_exits_2_naming_the_variable() {
+    // held: were the value not checked before the bind, mvproxy would exit 1 on it, not hang
+    let held = std::net::TcpListener::bind("127.0.0.1:0").expect("bind loopback");
+    let listen = held.local_addr().expect("local addr").to_string();
+    for bad in ["0", "two"] {
+        let out = Command::new(mvproxy_bin())
+            .args([
+                "serve",
+                "--local",
+                "http://127.0.0.1:1",
+                "--listen",
+                &listen,
+            ])
+            .env("TOKIO_WORKER_THREADS", bad)
+            .output()
+            .expect("run mvproxy");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{bad:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "one line: {err}");
+        assert!(
+            err.contains("invalid configuration: TOKIO_WORKER_THREADS:"),
+            "{bad:?}: {err}"
+        );
+    }
+}
+
+#[test]
 fn check_config_validates_a_file() {
     let dir = tempdir::TempDir::new("check-config");
     let good = dir.path().join("good.yaml");

@@ -1,6 +1,7 @@
 //! One trace across the peer hop, exported over OTLP (gRPC and HTTP/protobuf) to a receiver
 //! that decodes with the official protobufs; the sampled flag honoured end to end; a dead
-//! collector never slowing a request; counters, stand-in logs and spans reconciling.
+//! collector never slowing a request; counters, stand-in logs and spans reconciling; spans
+//! queued at SIGTERM exported before exit on the one-thread runtime.
 
 use std::time::{Duration, Instant};
 
@@ -176,6 +177,64 @@ async fn one_trace_across_the_peer_hop_over_grpc() {
 #[tokio::test]
 async fn one_trace_across_the_peer_hop_over_http_protobuf() {
     one_trace_across_the_peer_hop(false).await;
+}
+
+/// Spans still queued in the batch processor when SIGTERM comes go out before the process
+/// exits, on the current-thread runtime mvproxy picks on one CPU (`TOKIO_WORKER_THREADS=1`
+/// picks it on any machine): the flush waits for the exporter, and the gRPC exporter's
+/// connection is a task of that runtime, which must keep running meanwhile.
+async fn spans_queued_at_sigterm_are_exported_on_one_thread(grpc: bool) {
+    let receiver = if grpc {
+        Receiver::grpc().await
+    } else {
+        Receiver::http().await
+    };
+    let a = standin("apiserver-a", &apis_134()).await;
+    let mut env = otel_env(&receiver, grpc);
+    // no scheduled export during the test: only the flush at exit sends the span
+    env.retain(|(k, _)| *k != "OTEL_BSP_SCHEDULE_DELAY");
+    env.push(("OTEL_BSP_SCHEDULE_DELAY", "600000".to_owned()));
+    env.push(("TOKIO_WORKER_THREADS", "1".to_owned()));
+    env.push(("RUST_LOG", "info,mvproxy=debug".to_owned()));
+    let p = Proxy::start_with_env(&proxy_args("apiserver-a", &a.url(), &[]), &env_refs(&env)).await;
+    p.ready().await;
+    let r = get(
+        &format!("{}/api/v1/namespaces/default/pods", p.url()),
+        &[("traceparent", &format!("00-{TRACE}-{CLIENT_SPAN}-01"))],
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text());
+    let log = p.log();
+    assert!(
+        log.iter()
+            .any(|l| l.contains("runtime started") && l.contains("CurrentThread")),
+        "the current-thread runtime: {log:#?}"
+    );
+    assert!(
+        in_trace(&receiver.spans(), TRACE).is_empty(),
+        "nothing exported before SIGTERM"
+    );
+    let status = p.terminate().await;
+    assert!(status.success(), "{status:?}");
+    let spans = receiver
+        .wait_for("the server and client spans", |s| {
+            in_trace(s, TRACE).len() >= 2
+        })
+        .await;
+    let trace = in_trace(&spans, TRACE);
+    let server = child_of(&trace, CLIENT_SPAN, KIND_SERVER);
+    child_of(&trace, &server.span_id, KIND_CLIENT);
+}
+
+#[tokio::test]
+async fn spans_queued_at_sigterm_are_exported_on_one_thread_over_grpc() {
+    spans_queued_at_sigterm_are_exported_on_one_thread(true).await;
+}
+
+#[tokio::test]
+async fn spans_queued_at_sigterm_are_exported_on_one_thread_over_http_protobuf() {
+    spans_queued_at_sigterm_are_exported_on_one_thread(false).await;
 }
 
 #[tokio::test]

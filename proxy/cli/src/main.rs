@@ -103,7 +103,24 @@ fn run(
     if let Some(filter) = default_log_filter {
         telemetry.default_log_filter = filter.to_owned();
     }
-    let runtime = match tokio::runtime::Runtime::new() {
+    let parallelism = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+    let flavor = match runtime_flavor(std::env::var(WORKER_THREADS).ok().as_deref(), parallelism) {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("mvproxy: {e}");
+            return ExitCode::from(EXIT_CONFIG as u8);
+        }
+    };
+    let runtime = match flavor {
+        Flavor::CurrentThread => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build(),
+        Flavor::MultiThread(workers) => tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(workers)
+            .enable_all()
+            .build(),
+    };
+    let runtime = match runtime {
         Ok(r) => r,
         Err(e) => {
             eprintln!("mvproxy: cannot start the runtime: {e}");
@@ -111,20 +128,103 @@ fn run(
         }
     };
     runtime.block_on(async {
-        // Inside the runtime: the gRPC exporter needs it. Dropped last, so spans of the
-        // drained requests are flushed.
-        let _telemetry = match mvproxy_telemetry::init(&telemetry) {
+        // Inside the runtime: the gRPC exporter needs it.
+        let telemetry = match mvproxy_telemetry::init(&telemetry) {
             Ok(guard) => guard,
             Err(e) => {
                 eprintln!("mvproxy: {e}");
                 return ExitCode::from(EXIT_CONFIG as u8);
             }
         };
-        work.await
+        tracing::debug!(runtime = ?flavor, parallelism, "runtime started");
+        let code = work.await;
+        // Last, so spans of the drained requests are flushed. Flushing blocks until the batch
+        // thread has exported, and the gRPC exporter's connection is a task of this runtime: on
+        // the current-thread runtime that task only runs while this thread polls, so the flush
+        // runs on a blocking-pool thread while this one keeps driving the runtime.
+        if let Err(e) = tokio::task::spawn_blocking(move || drop(telemetry)).await {
+            eprintln!("mvproxy: flushing spans: {e}");
+        }
+        code
+    })
+}
+
+/// The variable tokio's multi-thread runtime reads for its number of workers (read here, so
+/// that a bad value is a configuration error rather than tokio's panic).
+const WORKER_THREADS: &str = "TOKIO_WORKER_THREADS";
+
+/// The runtime `run` builds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Flavor {
+    /// `Builder::new_current_thread`: every task on the thread that called `block_on`.
+    CurrentThread,
+    /// `Builder::new_multi_thread`, as `Runtime::new`: a work-stealing pool of this many workers.
+    MultiThread(usize),
+}
+
+/// The current-thread runtime when one worker is all the multi-thread one would start
+/// (`TOKIO_WORKER_THREADS=1`, or, unset, one CPU available to the process: an affinity mask or
+/// a cgroup CPU quota of one, as `available_parallelism` reads them), else the multi-thread one,
+/// sized as tokio's `Runtime::new` would size it.
+///
+/// Why: the multi-thread scheduler "executes futures on a thread pool, using a work-stealing
+/// strategy", one worker per CPU by default, while the current-thread scheduler "provides a
+/// single-threaded future executor. All tasks will be created and executed on the current
+/// thread" (<https://docs.rs/tokio/1/tokio/runtime/index.html#runtime-configurations>). With one
+/// worker there is no one to steal from, yet the pool keeps its machinery on the request path:
+/// the atomics of its stealable run queues, the bookkeeping for waking parked workers when a task
+/// is spawned or woken, and `block_on`'s own future on a second thread. On one CPU the
+/// current-thread runtime runs the same tasks on one thread without it. Nothing in mvproxy calls
+/// `block_in_place` (it panics on the current-thread runtime); `spawn_blocking` works on both.
+fn runtime_flavor(worker_threads: Option<&str>, parallelism: usize) -> Result<Flavor, String> {
+    let workers = match worker_threads {
+        None => parallelism,
+        Some(v) => match v.trim().parse::<usize>() {
+            Ok(n) if n > 0 => n,
+            _ => {
+                return Err(format!(
+                    "invalid configuration: {WORKER_THREADS}: {v:?} is not a positive number of threads"
+                ));
+            }
+        },
+    };
+    Ok(if workers == 1 {
+        Flavor::CurrentThread
+    } else {
+        Flavor::MultiThread(workers)
     })
 }
 
 fn config_error(e: &mvproxy::config::ConfigError) -> ExitCode {
     eprintln!("mvproxy: {e}");
     ExitCode::from(EXIT_CONFIG as u8)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_worker_is_the_current_thread_runtime() {
+        assert_eq!(runtime_flavor(None, 1), Ok(Flavor::CurrentThread));
+        assert_eq!(runtime_flavor(None, 2), Ok(Flavor::MultiThread(2)));
+        assert_eq!(
+            runtime_flavor(Some("1"), 8),
+            Ok(Flavor::CurrentThread),
+            "the variable wins over the CPU count"
+        );
+        assert_eq!(
+            runtime_flavor(Some("4"), 1),
+            Ok(Flavor::MultiThread(4)),
+            "asked for four workers on one CPU: four workers, as tokio would"
+        );
+    }
+
+    #[test]
+    fn a_bad_worker_count_names_the_variable() {
+        for bad in ["0", "many", "-1", ""] {
+            let e = runtime_flavor(Some(bad), 2).unwrap_err();
+            assert!(e.contains("TOKIO_WORKER_THREADS"), "{bad:?}: {e}");
+        }
+    }
 }
