@@ -482,8 +482,29 @@ mod tests {
     }
 
     async fn server() -> Server {
+        server_on(None).await
+    }
+
+    /// [`server`] behind TLS (HTTP/1.1 only), its certificate for `localhost` and the CA to
+    /// trust it; a connection it closes unanswered gets a `close_notify` first.
+    async fn tls_server() -> (Server, rustls::pki_types::CertificateDer<'static>) {
+        crate::tls::install_provider();
+        let cert = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
+        let ca = cert.cert.der().clone();
+        let key = rustls::pki_types::PrivateKeyDer::Pkcs8(cert.signing_key.serialize_der().into());
+        let mut config = rustls::ServerConfig::builder()
+            .with_no_client_auth()
+            .with_single_cert(vec![ca.clone()], key)
+            .unwrap();
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        (server_on(Some(acceptor)).await, ca)
+    }
+
+    async fn server_on(tls: Option<tokio_rustls::TlsAcceptor>) -> Server {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap())
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let url = format!("{scheme}://{}", listener.local_addr().unwrap())
             .parse()
             .unwrap();
         let opened = Arc::new(AtomicUsize::new(0));
@@ -492,60 +513,26 @@ mod tests {
         let (tx, server_closed) = tokio::sync::mpsc::unbounded_channel();
         let (gone, client_closed) = tokio::sync::mpsc::unbounded_channel();
         let (close_idle, told) = tokio::sync::watch::channel(false);
-        let (o, c, s) = (opened.clone(), closed_by_client.clone(), seen.clone());
+        let ends = Ends {
+            closed_by_client: closed_by_client.clone(),
+            server_closed: tx,
+            client_closed: gone,
+            told,
+            seen: seen.clone(),
+        };
+        let o = opened.clone();
         let task = tokio::spawn(async move {
-            while let Ok((mut tcp, _)) = listener.accept().await {
+            while let Ok((tcp, _)) = listener.accept().await {
                 o.fetch_add(1, Ordering::SeqCst);
-                let (c, tx, gone, mut told) = (c.clone(), tx.clone(), gone.clone(), told.clone());
-                let s = s.clone();
+                let (ends, tls) = (ends.clone(), tls.clone());
                 tokio::spawn(async move {
-                    let mut buf = Vec::new();
-                    let (mut drop_next, mut half_next) = (false, false);
-                    loop {
-                        let mut chunk = [0u8; 1024];
-                        let n = tcp.read(&mut chunk).await.unwrap_or(0);
-                        if n == 0 {
-                            c.fetch_add(1, Ordering::SeqCst);
-                            let _ = gone.send(());
-                            return;
+                    match tls {
+                        Some(acceptor) => {
+                            if let Ok(stream) = acceptor.accept(tcp).await {
+                                serve_conn(stream, ends).await;
+                            }
                         }
-                        buf.extend_from_slice(&chunk[..n]);
-                        let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
-                            continue;
-                        };
-                        let head = String::from_utf8_lossy(&buf[..end]).into_owned();
-                        buf.drain(..end + 4);
-                        let line = head.lines().next().unwrap_or_default().to_owned();
-                        s.lock().unwrap().push(line);
-                        if half_next {
-                            let _ = tcp.write_all(b"HTTP/1.1 200 OK\r\ncontent-").await;
-                            return;
-                        }
-                        if drop_next || head.starts_with("GET /drop ") {
-                            return;
-                        }
-                        drop_next = head.starts_with("GET /then-drop ");
-                        half_next = head.starts_with("GET /then-half ");
-                        if head.starts_with("GET /partial ") {
-                            let _ = tcp
-                                .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nok")
-                                .await;
-                            continue;
-                        }
-                        let _ = tcp
-                            .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
-                            .await;
-                        if head.starts_with("GET /close ") {
-                            drop(tcp);
-                            let _ = tx.send(());
-                            return;
-                        }
-                        if head.starts_with("GET /close-when-told ") {
-                            let _ = told.wait_for(|t| *t).await;
-                            // FIN; the loop then reads until the client closes its end
-                            let _ = tcp.shutdown().await;
-                            let _ = tx.send(());
-                        }
+                        None => serve_conn(tcp, ends).await,
                     }
                 });
             }
@@ -559,6 +546,72 @@ mod tests {
             client_closed,
             close_idle,
             task,
+        }
+    }
+
+    /// What a connection of [`server`] reports to the test.
+    #[derive(Clone)]
+    struct Ends {
+        closed_by_client: Arc<AtomicUsize>,
+        server_closed: tokio::sync::mpsc::UnboundedSender<()>,
+        client_closed: tokio::sync::mpsc::UnboundedSender<()>,
+        told: tokio::sync::watch::Receiver<bool>,
+        seen: Arc<Mutex<Vec<String>>>,
+    }
+
+    async fn serve_conn<S>(mut tcp: S, mut ends: Ends)
+    where
+        S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    {
+        let mut buf = Vec::new();
+        let (mut drop_next, mut half_next) = (false, false);
+        loop {
+            let mut chunk = [0u8; 1024];
+            let n = tcp.read(&mut chunk).await.unwrap_or(0);
+            if n == 0 {
+                ends.closed_by_client.fetch_add(1, Ordering::SeqCst);
+                let _ = ends.client_closed.send(());
+                return;
+            }
+            buf.extend_from_slice(&chunk[..n]);
+            let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+                continue;
+            };
+            let head = String::from_utf8_lossy(&buf[..end]).into_owned();
+            buf.drain(..end + 4);
+            let line = head.lines().next().unwrap_or_default().to_owned();
+            ends.seen.lock().unwrap().push(line);
+            if half_next {
+                let _ = tcp.write_all(b"HTTP/1.1 200 OK\r\ncontent-").await;
+                return;
+            }
+            if drop_next || head.starts_with("GET /drop ") {
+                // unanswered; over TLS, a close_notify first
+                let _ = tcp.shutdown().await;
+                return;
+            }
+            drop_next = head.starts_with("GET /then-drop ");
+            half_next = head.starts_with("GET /then-half ");
+            if head.starts_with("GET /partial ") {
+                let _ = tcp
+                    .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nok")
+                    .await;
+                continue;
+            }
+            let _ = tcp
+                .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                .await;
+            if head.starts_with("GET /close ") {
+                drop(tcp);
+                let _ = ends.server_closed.send(());
+                return;
+            }
+            if head.starts_with("GET /close-when-told ") {
+                let _ = ends.told.wait_for(|t| *t).await;
+                // FIN; the loop then reads until the client closes its end
+                let _ = tcp.shutdown().await;
+                let _ = ends.server_closed.send(());
+            }
         }
     }
 
@@ -667,6 +720,38 @@ mod tests {
         assert_eq!(seen(&server, "GET /keep HTTP/1.1"), 2);
         assert_eq!(server.opened.load(Ordering::SeqCst), 2);
         assert_eq!(up.http1_idle_connections(), 1);
+        server.task.abort();
+    }
+
+    #[tokio::test]
+    async fn over_tls_a_close_notify_is_no_answer_and_the_get_is_sent_again() {
+        let (server, ca) = tls_server().await;
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(ca).unwrap();
+        let settings = ClientSettings {
+            tls: Some(
+                rustls::ClientConfig::builder()
+                    .with_root_certificates(roots)
+                    .with_no_client_auth(),
+            ),
+            server_name: Some("localhost".to_owned()),
+            connect_timeout: Duration::from_secs(5),
+            insecure_skip_verify: false,
+        };
+        let up = Upstream::new(
+            "up".into(),
+            server.url.clone(),
+            &settings,
+            Duration::from_secs(10),
+        )
+        .unwrap();
+        ok(&up, "/then-drop").await;
+        assert_eq!(up.http1_idle_connections(), 1);
+
+        // the upstream reads the GET and closes the connection, TLS first (close_notify):
+        // no byte of an answer, so the GET is sent again
+        ok(&up, "/keep").await;
+        assert_eq!(seen(&server, "GET /keep HTTP/1.1"), 2);
         server.task.abort();
     }
 
