@@ -35,11 +35,6 @@ fn reached(c: &Cluster, needle: &str) -> Vec<String> {
         .collect()
 }
 
-/// Served by both releases: proxy A sends it to its local API server.
-const CONFIGMAPS: &str = "/api/v1/namespaces/default/configmaps";
-/// Only 1.31 (apiserver-b) serves this GVR: from proxy A it takes the peer hop.
-const OLD_ONLY: &str = "/apis/resource.k8s.io/v1alpha3/namespaces/default/podschedulingcontexts";
-
 /// A `POST` of configmaps whose framing headers are `framing`, with `body` as its bytes.
 fn post(framing: &str, body: &str) -> String {
     post_to(CONFIGMAPS, framing, body)

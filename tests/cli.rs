@@ -283,7 +283,7 @@ async fn sigterm_drains_in_flight_requests() {
     let (upstream, mut arrivals) = slow_upstream(std::time::Duration::from_millis(1500)).await;
     let p = Proxy::start(&proxy_args("local", &format!("http://{upstream}"), &[])).await;
     p.ready().await;
-    let url = format!("{}/api/v1/namespaces/default/configmaps", p.url());
+    let url = format!("{}{CONFIGMAPS}", p.url());
     let in_flight = tokio::spawn(async move { get(&url, &[]).await });
     // SIGTERM only once the request has reached the upstream: it is in flight for sure
     arrivals

@@ -10,10 +10,6 @@ use integration::*;
 
 use crate::cluster::Cluster;
 
-const CONFIGMAPS: &str = "/api/v1/namespaces/default/configmaps";
-/// Only 1.31 (apiserver-b) serves this GVR: from proxy A it takes the peer hop.
-const OLD_ONLY: &str = "/apis/resource.k8s.io/v1alpha3/namespaces/default/podschedulingcontexts";
-
 /// The proxy's two routes for a `POST`: configmaps to its local server, the peer-only GVR to
 /// the peer.
 const ROUTES: [(&str, &str); 2] = [(CONFIGMAPS, "local"), (OLD_ONLY, "peer")];

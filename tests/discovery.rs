@@ -6,11 +6,6 @@ use integration::*;
 
 use crate::cluster::Cluster;
 
-const V2: &str =
-    "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json";
-const NOPEER: &str =
-    "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList;profile=nopeer";
-
 fn gvs(doc: &serde_json::Value) -> Vec<String> {
     let mut out = Vec::new();
     for g in doc["items"].as_array().expect("items") {

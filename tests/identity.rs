@@ -6,9 +6,6 @@ use http::StatusCode;
 use integration::pki::Ca;
 use integration::*;
 
-const OLD_ONLY: &str = "/apis/resource.k8s.io/v1alpha3/namespaces/default/podschedulingcontexts";
-const PODS: &str = "/api/v1/namespaces/default/pods";
-
 struct Setup {
     cluster_ca: Ca,
     /// Holds the front-proxy certificates' files.

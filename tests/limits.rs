@@ -9,8 +9,6 @@ use http::{Method, StatusCode};
 use integration::conn::{H1, H2, assert_status, req, req_with, streamed};
 use integration::*;
 
-const CONFIGMAPS: &str = "/api/v1/namespaces/default/configmaps";
-
 fn with(mut args: Vec<String>, extra: &[&str]) -> Vec<String> {
     args.extend(extra.iter().map(|s| (*s).to_owned()));
     args
@@ -282,9 +280,6 @@ async fn connections_over_the_limit_get_503_and_are_closed_until_one_frees() {
         "the operator is told"
     );
 }
-
-/// A GVR only the 1.31 release serves.
-const OLD_ONLY: &str = "/apis/resource.k8s.io/v1alpha3/namespaces/default/podschedulingcontexts";
 
 /// The server `id` in `/debug/discovery`.
 async fn server_state(p: &Proxy, id: &str) -> serde_json::Value {

@@ -11,8 +11,6 @@ use integration::prometheus::Prometheus;
 use integration::*;
 use tokio::io::AsyncWriteExt;
 
-const OLD_ONLY: &str = "/apis/resource.k8s.io/v1alpha3/namespaces/default/podschedulingcontexts";
-
 fn tool(name: &str) -> String {
     let path = format!("/usr/bin/{name}");
     assert!(
@@ -25,11 +23,7 @@ fn tool(name: &str) -> String {
 #[tokio::test]
 async fn classic_exposition_passes_promtool_and_openmetrics_is_served_on_request() {
     let c = crate::cluster::Cluster::start().await;
-    for path in [
-        "/api/v1/namespaces/default/pods",
-        OLD_ONLY,
-        "/apis/example.com/v1/widgets",
-    ] {
+    for path in [PODS, OLD_ONLY, "/apis/example.com/v1/widgets"] {
         get(&format!("{}{path}", c.proxy_a.url()), &[])
             .await
             .unwrap();
@@ -163,12 +157,7 @@ async fn prometheus_stores_exemplars_that_open_exported_traces() {
 async fn a_local_api_server_failure_is_a_local_proxy_error_not_a_peer_one() {
     // Nothing listens on the local API server's port: the request fails in mvproxy.
     let proxy = Proxy::start(&proxy_args("apiserver-a", NOTHING_LISTENS, &[])).await;
-    let resp = get(
-        &format!("{}/api/v1/namespaces/default/pods", proxy.url()),
-        &[],
-    )
-    .await
-    .unwrap();
+    let resp = get(&format!("{}{PODS}", proxy.url()), &[]).await.unwrap();
     assert_eq!(
         resp.status,
         StatusCode::SERVICE_UNAVAILABLE,

@@ -10,8 +10,6 @@ use serde_json::{Value, json};
 
 use crate::cluster::wait_discovery;
 
-const OLD_ONLY: &str = "/apis/resource.k8s.io/v1alpha3/namespaces/default/podschedulingcontexts";
-
 fn lease(name: &str, holder: &str, address: &str, renewed_ago: Duration) -> Value {
     let renew = humantime_rfc3339(SystemTime::now() - renewed_ago);
     json!({

@@ -11,13 +11,6 @@ use serde_json::Value;
 
 use crate::cluster::Cluster;
 
-/// Only 1.31 (apiserver-b) serves it.
-const OLD_ONLY: &str = "/apis/resource.k8s.io/v1alpha3/namespaces/default/podschedulingcontexts";
-/// Only 1.34 (apiserver-a) serves it.
-const NEW_ONLY: &str = "/apis/coordination.k8s.io/v1beta1/namespaces/default/leasecandidates";
-/// Both serve it.
-const COMMON: &str = "/api/v1/namespaces/default/pods";
-
 const KUBECTL: &str = "kubectl/v1.31.0 (linux/amd64) kubernetes/9edcffc";
 const KCM: &str = "kube-controller-manager/v1.31.2 (linux/amd64) kubernetes/abc123/system:serviceaccount:kube-system:generic-garbage-collector";
 const OPERATOR: &str = "flowschema-tuner/v0.4.2 (linux/amd64) kubernetes/$Format";
@@ -58,13 +51,13 @@ async fn three_agents_show_up_exactly_in_the_counter_and_debug_clients() {
     let plan: [(&str, &str, &str, usize); 9] = [
         (KUBECTL, &a, OLD_ONLY, 2), // a (1.34) → peer hop → b
         (KUBECTL, &b, NEW_ONLY, 1), // b (1.31) → peer hop → a
-        (KUBECTL, &a, COMMON, 3),
+        (KUBECTL, &a, PODS, 3),
         (KCM, &b, OLD_ONLY, 3), // served by b itself: still a GVR the upgrade removes
         (KCM, &a, OLD_ONLY, 1),
         (KCM, &a, NEW_ONLY, 2),
-        (KCM, &b, COMMON, 2),
+        (KCM, &b, PODS, 2),
         (OPERATOR, &a, OLD_ONLY, 4),
-        (OPERATOR, &b, COMMON, 1),
+        (OPERATOR, &b, PODS, 1),
     ];
     for (agent, proxy, path, times) in plan {
         for _ in 0..times {

@@ -9,11 +9,6 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
 use crate::cluster::{Cluster, object, wait_discovery};
 
-/// Only 1.31 (apiserver-b) serves this GVR.
-const OLD_ONLY: &str = "/apis/resource.k8s.io/v1alpha3/namespaces/default/podschedulingcontexts";
-/// Only 1.34 (apiserver-a) serves this GVR.
-const NEW_ONLY: &str = "/apis/coordination.k8s.io/v1beta1/namespaces/default/leasecandidates";
-
 fn names(out: &str) -> Vec<&str> {
     out.lines()
         .map(str::trim)
@@ -315,12 +310,7 @@ async fn a_down_peer_gives_a_fast_503_status_never_a_404_and_local_traffic_carri
         }
     }
     // local traffic is unaffected
-    let r = get(
-        &format!("{}/api/v1/namespaces/default/pods", proxy_a.url()),
-        &[],
-    )
-    .await
-    .unwrap();
+    let r = get(&format!("{}{PODS}", proxy_a.url()), &[]).await.unwrap();
     assert_eq!(r.status, StatusCode::OK);
     assert_eq!(r.header("x-standin-server"), "apiserver-a");
     // and what only the down peer served is still not a 404 after several refreshes

@@ -6,8 +6,6 @@ use http::StatusCode;
 use integration::pki::Ca;
 use integration::*;
 
-const OLD_ONLY: &str = "/apis/resource.k8s.io/v1alpha3/namespaces/default/podschedulingcontexts";
-
 /// A TLS mvproxy in front of the old release, serving a certificate signed by `ca`.
 async fn tls_peer(ca: &Ca, b: &StandInRunning) -> Proxy {
     let serving = ca.issue(

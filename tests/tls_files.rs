@@ -13,9 +13,6 @@ use integration::pki::{Ca, Pair, self_signed};
 use integration::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-const OLD_ONLY: &str = "/apis/resource.k8s.io/v1alpha3/namespaces/default/podschedulingcontexts";
-const CONFIGMAPS: &str = "/api/v1/namespaces/default/configmaps";
-
 fn tls_args(mut args: Vec<String>, serving: &Pair, extra: &[&str]) -> Vec<String> {
     args.extend([
         "--tls-cert-file".to_owned(),

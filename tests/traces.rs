@@ -11,7 +11,6 @@ use integration::*;
 
 use crate::cluster::Cluster;
 
-const OLD_ONLY: &str = "/apis/resource.k8s.io/v1alpha3/namespaces/default/podschedulingcontexts";
 const TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 const CLIENT_SPAN: &str = "00f067aa0ba902b7";
 
@@ -284,7 +283,7 @@ async fn an_invalid_traceparent_starts_a_new_trace() {
     let p = Proxy::start_with_env(&proxy_args("apiserver-a", &a.url(), &[]), &env_refs(&env)).await;
     p.ready().await;
     let r = get(
-        &format!("{}/api/v1/namespaces/default/pods", p.url()),
+        &format!("{}{PODS}", p.url()),
         &[(
             "traceparent",
             "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
@@ -350,9 +349,7 @@ async fn a_dead_collector_never_slows_or_fails_a_request() {
     for _ in 0..60 {
         for (p, out) in [(&plain, &mut base), (&exporting, &mut with_exporter)] {
             let started = Instant::now();
-            let r = get(&format!("{}/api/v1/namespaces/default/pods", p.url()), &[])
-                .await
-                .unwrap();
+            let r = get(&format!("{}{PODS}", p.url()), &[]).await.unwrap();
             assert_eq!(r.status, StatusCode::OK);
             out.push(started.elapsed());
         }
@@ -385,8 +382,8 @@ async fn counters_stand_in_logs_and_server_spans_reconcile() {
     let before_b = b.requests().len();
 
     let script: &[(&str, StatusCode)] = &[
-        ("/api/v1/namespaces/default/pods", StatusCode::OK),
-        ("/api/v1/namespaces/default/pods", StatusCode::OK),
+        (PODS, StatusCode::OK),
+        (PODS, StatusCode::OK),
         ("/apis/apps/v1/deployments", StatusCode::OK),
         (OLD_ONLY, StatusCode::OK),
         (OLD_ONLY, StatusCode::OK),

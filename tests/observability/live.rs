@@ -4,25 +4,12 @@
 use super::*;
 use crate::cluster::{Cluster, wait_discovery};
 
-/// Only 1.31 (apiserver-b) serves this GVR.
-const OLD_ONLY: &str = "/apis/resource.k8s.io/v1alpha3/namespaces/default/podschedulingcontexts";
-/// Only 1.34 (apiserver-a) serves this GVR.
-const NEW_ONLY: &str = "/apis/coordination.k8s.io/v1beta1/namespaces/default/leasecandidates";
-const V2: &str =
-    "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json";
-const NOPEER: &str =
-    "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList;profile=nopeer";
-
 /// Requests that exercise every route: local, peer, merged discovery, nopeer, a 404 from the
 /// local server, a non-resource path.
 async fn healthy_traffic(c: &Cluster) {
     let a = c.proxy_a.url();
     for (path, accept, want) in [
-        (
-            "/api/v1/namespaces/default/pods",
-            "application/json",
-            StatusCode::OK,
-        ),
+        (PODS, "application/json", StatusCode::OK),
         (OLD_ONLY, "application/json", StatusCode::OK),
         (NEW_ONLY, "application/json", StatusCode::OK),
         ("/apis", V2, StatusCode::OK),
@@ -81,12 +68,9 @@ async fn dashboards_and_rules_match_a_live_scrape_and_real_prometheus_answers_th
             .await
             .expect("503");
         assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "{}", r.text());
-        let r = get(
-            &format!("{}/api/v1/namespaces/default/pods", proxy_a.url()),
-            &[],
-        )
-        .await
-        .expect("local");
+        let r = get(&format!("{}{PODS}", proxy_a.url()), &[])
+            .await
+            .expect("local");
         assert_eq!(r.status, StatusCode::OK);
         tokio::time::sleep(Duration::from_millis(500)).await;
     }

@@ -19,10 +19,12 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
 pub use mvproxy_standin::{RecordedRequest, Running as StandInRunning, StandIn};
+pub use paths::*;
 
 pub mod authz;
 pub mod conn;
 pub mod otlp;
+pub mod paths;
 pub mod pki;
 pub mod prometheus;
 pub mod promql;

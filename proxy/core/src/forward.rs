@@ -7,7 +7,9 @@
 //! headers are dropped as RFC 9110 §7.6.1 says; everything else, `Authorization` and
 //! `Impersonate-*` included, passes as sent (identity headers are [`crate::identity`]'s). The upstream's status, headers and body come back
 //! unchanged. Failures before a response arrives become a [`ProxyError`] naming the upstream
-//! and the cause; there is no retry (one hop, as upstream).
+//! and the cause; there is no retry (one hop, as upstream), but for the replay of a body-less
+//! `GET`, `HEAD`, `OPTIONS` or `TRACE` whose reused HTTP/1.1 connection its upstream closed
+//! before answering, as Go's `Transport` does ([`crate::h1pool`]).
 
 use std::error::Error as StdError;
 use std::future::Future;

@@ -17,9 +17,27 @@
 //! yet is found out by the next request to take it, which polls it first (and skips it).
 //! The watcher costs nothing per request beyond that one poll: it runs when an idle
 //! connection closes or expires. A body dropped before its end closes its connection, as an
-//! HTTP/1.1 exchange cut short must. A request that a reused connection could not even start
-//! (it was closed under it) is sent again on another one, as hyper-util's client does; once
-//! written, a request is never sent twice.
+//! HTTP/1.1 exchange cut short must.
+//!
+//! An upstream may close an idle connection at the moment a request is taken to it: the pool
+//! keeps idle connections up to [`IDLE_TIMEOUT`] (90 s), longer than a peer mvproxy keeps them
+//! open (30 s, `limits::HEADER_READ_TIMEOUT`), and any server closes them when it restarts.
+//! The request then meets an EOF or a reset and no answer, although the upstream processed
+//! nothing. A request that a reused connection could not even start (hyper hands it back
+//! unsent) is sent again on another one, as hyper-util's client does. A request already
+//! written is sent once more, on a new connection, only as Go's net/http `Transport` does
+//! (golang/go `src/net/http/transport.go`, `(*persistConn).shouldRetryRequest`, and
+//! `src/net/http/request.go`, `(*Request).isReplayable`): the connection was reused (a fresh
+//! one has no reason to be closed under a request, and the upstream may be refusing it), not
+//! one byte of a response arrived on it (counted after TLS by [`Heard`], so a TLS
+//! `close_notify` is no answer), the failure is the connection's and not hyper's refusal of
+//! the request, and the request is replayable: `GET`, `HEAD`, `OPTIONS` or `TRACE` with an
+//! empty body. A `POST`, `PUT`, `PATCH` or `DELETE`, or anything with a body, is never sent
+//! twice; an upgrade never comes here ([`H1Pool::send_upgrade`]); and a request is replayed
+//! at most once. What the replay needs is kept only for a replayable request on a reused
+//! connection: a `Request<()>` with its method, URI, version and headers (one copy of the
+//! header map; the extensions are left out, hyper's HTTP/1.1 client reads none), rebuilt with
+//! an empty body. A request with a body, or on a new connection, is never copied.
 //!
 //! Upgrades (exec, attach, port-forward) get a fresh connection, run as a task with hyper's
 //! upgrade support: the connection becomes the tunnel and never returns to the pool.
@@ -27,28 +45,39 @@
 //! and at most [`MAX_IDLE`] are kept.
 
 use std::future::{Future, poll_fn};
+use std::io;
 use std::pin::{Pin, pin};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
-use http::{Request, Response, Uri};
+use http::{Method, Request, Response, Uri};
+use http_body::Body as _;
 use hyper::body::Incoming;
 use hyper::client::conn::http1;
 use hyper_rustls::MaybeHttpsStream;
 use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tower_service::Service;
 
-use crate::forward::{Body, BoxError, Connector};
+use crate::forward::{Body, BoxError, Connector, empty};
 
 /// How long an unused connection is kept.
 pub(crate) const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 /// Idle connections kept per upstream; more are closed when their exchange ends.
 pub(crate) const MAX_IDLE: usize = 1024;
 
-type Io = MaybeHttpsStream<TokioIo<TcpStream>>;
+type Io = TokioIo<Heard>;
 type Conn = http1::Connection<Io, Body>;
+
+/// An upstream connection's stream (after TLS) that notes whether it read anything: whether
+/// a response began to arrive (see the module doc). One flag per connection, set on a read.
+struct Heard {
+    io: TokioIo<MaybeHttpsStream<TokioIo<TcpStream>>>,
+    heard: Arc<AtomicBool>,
+}
 
 /// The HTTP/1.1 connections to one upstream.
 pub(crate) struct H1Pool {
@@ -78,6 +107,8 @@ struct Driven {
     send: http1::SendRequest<Body>,
     /// `None` once the connection has closed.
     conn: Option<Conn>,
+    /// Set by the stream when it reads bytes; cleared before a replayable request is written.
+    heard: Arc<AtomicBool>,
 }
 
 /// A connection in use by a response body, which polls it as the client reads; back to the
@@ -121,8 +152,15 @@ impl H1Pool {
         base: &Uri,
         mut req: Request<Body>,
     ) -> Result<(Response<Incoming>, Lease), BoxError> {
+        let replayable = is_replayable(&req);
+        // What a replay is rebuilt from: copied only for a replayable request on a reused
+        // connection.
+        let mut head: Option<Request<()>> = None;
+        // The request was written once and is sent again: on a new connection, and no more.
+        let mut replayed = false;
         loop {
-            let (mut c, reused) = match self.take_idle() {
+            let idle = if replayed { None } else { self.take_idle() };
+            let (mut c, reused) = match idle {
                 Some(c) => (c, true),
                 None => (self.connect(base).await?, false),
             };
@@ -137,6 +175,13 @@ impl H1Pool {
                 }
                 return Err(e.into());
             }
+            let may_replay = reused && replayable;
+            if may_replay {
+                if head.is_none() {
+                    head = Some(head_of(&req));
+                }
+                c.heard.store(false, Ordering::Relaxed);
+            }
             let mut sent = pin!(c.send.try_send_request(req));
             let result = poll_fn(|cx| {
                 // The response first: when the connection is polled it may complete it.
@@ -147,7 +192,7 @@ impl H1Pool {
                 sent.as_mut().poll(cx)
             })
             .await;
-            match result {
+            let mut e = match result {
                 Ok(resp) => {
                     let lease = Lease {
                         conn: Some(c),
@@ -156,12 +201,31 @@ impl H1Pool {
                     };
                     return Ok((resp, lease));
                 }
-                Err(mut e) => match e.take_message() {
-                    // Not written: a reused connection was closed under it; try another.
-                    Some(unsent) if reused => req = unsent,
-                    _ => return Err(e.into_error().into()),
-                },
+                Err(e) => e,
+            };
+            match e.take_message() {
+                // Not written: a reused connection was closed under it; try another.
+                Some(unsent) if reused => {
+                    req = unsent;
+                    continue;
+                }
+                Some(_) => return Err(e.into_error().into()),
+                None => {}
             }
+            let e = e.into_error();
+            // Written, and the reused connection closed (or was reset) before one byte of an
+            // answer: Go's `shouldRetryRequest` (see the module doc).
+            if may_replay
+                && !e.is_user()
+                && !c.heard.load(Ordering::Relaxed)
+                && let Some(head) = head.take()
+            {
+                tracing::debug!(error = %e, "reused upstream connection closed before answering; sending the request once more on a new one");
+                req = head.map(|()| empty());
+                replayed = true;
+                continue;
+            }
+            return Err(e.into());
         }
     }
 
@@ -185,10 +249,16 @@ impl H1Pool {
 
     async fn connect(&self, base: &Uri) -> Result<Box<Driven>, BoxError> {
         let io = self.connector.clone().call(base.clone()).await?;
+        let heard = Arc::new(AtomicBool::new(false));
+        let io = TokioIo::new(Heard {
+            io: TokioIo::new(io),
+            heard: heard.clone(),
+        });
         let (send, conn) = http1::Builder::new().handshake(io).await?;
         Ok(Box::new(Driven {
             send,
             conn: Some(conn),
+            heard,
         }))
     }
 
@@ -265,6 +335,72 @@ async fn watch(pool: Weak<H1Pool>) {
     .await;
 }
 
+/// Whether a request may be sent twice: an idempotent method that Go's `isReplayable`
+/// names, and no body (golang/go `src/net/http/request.go`, `(*Request).isReplayable`; its
+/// `Idempotency-Key` exception is left out: mvproxy never sends a body twice).
+fn is_replayable(req: &Request<Body>) -> bool {
+    matches!(
+        *req.method(),
+        Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE
+    ) && req.body().is_end_stream()
+}
+
+/// The method, URI, version and headers of `req`, to send it again.
+fn head_of(req: &Request<Body>) -> Request<()> {
+    let mut head = Request::new(());
+    head.method_mut().clone_from(req.method());
+    head.uri_mut().clone_from(req.uri());
+    *head.version_mut() = req.version();
+    head.headers_mut().clone_from(req.headers());
+    head
+}
+
+impl AsyncRead for Heard {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut this.io).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            this.heard.store(true, Ordering::Relaxed);
+        }
+        polled
+    }
+}
+
+impl AsyncWrite for Heard {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+    }
+}
+
 impl Driven {
     /// Lets the connection do its work: write the request and its body, read the response.
     fn drive(&mut self, cx: &mut Context<'_>) {
@@ -322,13 +458,20 @@ mod tests {
     use crate::forward::{ClientSettings, Upstream};
 
     /// A plain HTTP/1.1 upstream on loopback that counts connections opened and closed by the
-    /// client. `/close` is answered and then the connection closed; `/partial` promises 10
-    /// bytes and sends 2; `/close-when-told` is answered, and once `close_idle` is set the
-    /// server closes its side of that (by then idle) connection and waits for the client to
-    /// close its own; everything else gets `ok`, keep-alive.
+    /// client and records each request line. `/close` is answered and then the connection
+    /// closed; `/partial` promises 10 bytes and sends 2; `/close-when-told` is answered, and
+    /// once `close_idle` is set the server closes its side of that (by then idle) connection
+    /// and waits for the client to close its own; `/then-drop` is answered, and the next
+    /// request on its connection is read and the connection closed unanswered (an idle
+    /// connection's keep-alive timeout at the moment a request reached it); `/drop` is read
+    /// and its connection closed unanswered; `/then-half` is answered, and the next request on
+    /// its connection gets the start of a response head before the connection closes;
+    /// everything else gets `ok`, keep-alive.
     struct Server {
         url: Uri,
         opened: Arc<AtomicUsize>,
+        /// Request lines, in the order they arrived.
+        seen: Arc<Mutex<Vec<String>>>,
         closed_by_client: Arc<AtomicUsize>,
         /// One message per connection this server closed itself.
         server_closed: tokio::sync::mpsc::UnboundedReceiver<()>,
@@ -339,56 +482,57 @@ mod tests {
     }
 
     async fn server() -> Server {
+        server_on(None).await
+    }
+
+    /// [`server`] behind TLS (HTTP/1.1 only), its certificate for `localhost` and the CA to
+    /// trust it; a connection it closes unanswered gets a `close_notify` first.
+    async fn tls_server() -> (Server, rustls::pki_types::CertificateDer<'static>) {
+        crate::tls::install_provider();
+        let cert = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
+        let ca = cert.cert.der().clone();
+        let key = rustls::pki_types::PrivateKeyDer::Pkcs8(cert.signing_key.serialize_der().into());
+        let mut config = rustls::ServerConfig::builder()
+            .with_no_client_auth()
+            .with_single_cert(vec![ca.clone()], key)
+            .unwrap();
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        (server_on(Some(acceptor)).await, ca)
+    }
+
+    async fn server_on(tls: Option<tokio_rustls::TlsAcceptor>) -> Server {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap())
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let url = format!("{scheme}://{}", listener.local_addr().unwrap())
             .parse()
             .unwrap();
         let opened = Arc::new(AtomicUsize::new(0));
+        let seen = Arc::new(Mutex::new(Vec::new()));
         let closed_by_client = Arc::new(AtomicUsize::new(0));
         let (tx, server_closed) = tokio::sync::mpsc::unbounded_channel();
         let (gone, client_closed) = tokio::sync::mpsc::unbounded_channel();
         let (close_idle, told) = tokio::sync::watch::channel(false);
-        let (o, c) = (opened.clone(), closed_by_client.clone());
+        let ends = Ends {
+            closed_by_client: closed_by_client.clone(),
+            server_closed: tx,
+            client_closed: gone,
+            told,
+            seen: seen.clone(),
+        };
+        let o = opened.clone();
         let task = tokio::spawn(async move {
-            while let Ok((mut tcp, _)) = listener.accept().await {
+            while let Ok((tcp, _)) = listener.accept().await {
                 o.fetch_add(1, Ordering::SeqCst);
-                let (c, tx, gone, mut told) = (c.clone(), tx.clone(), gone.clone(), told.clone());
+                let (ends, tls) = (ends.clone(), tls.clone());
                 tokio::spawn(async move {
-                    let mut buf = Vec::new();
-                    loop {
-                        let mut chunk = [0u8; 1024];
-                        let n = tcp.read(&mut chunk).await.unwrap_or(0);
-                        if n == 0 {
-                            c.fetch_add(1, Ordering::SeqCst);
-                            let _ = gone.send(());
-                            return;
+                    match tls {
+                        Some(acceptor) => {
+                            if let Ok(stream) = acceptor.accept(tcp).await {
+                                serve_conn(stream, ends).await;
+                            }
                         }
-                        buf.extend_from_slice(&chunk[..n]);
-                        let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
-                            continue;
-                        };
-                        let head = String::from_utf8_lossy(&buf[..end]).into_owned();
-                        buf.drain(..end + 4);
-                        if head.starts_with("GET /partial ") {
-                            let _ = tcp
-                                .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nok")
-                                .await;
-                            continue;
-                        }
-                        let _ = tcp
-                            .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
-                            .await;
-                        if head.starts_with("GET /close ") {
-                            drop(tcp);
-                            let _ = tx.send(());
-                            return;
-                        }
-                        if head.starts_with("GET /close-when-told ") {
-                            let _ = told.wait_for(|t| *t).await;
-                            // FIN; the loop then reads until the client closes its end
-                            let _ = tcp.shutdown().await;
-                            let _ = tx.send(());
-                        }
+                        None => serve_conn(tcp, ends).await,
                     }
                 });
             }
@@ -396,11 +540,78 @@ mod tests {
         Server {
             url,
             opened,
+            seen,
             closed_by_client,
             server_closed,
             client_closed,
             close_idle,
             task,
+        }
+    }
+
+    /// What a connection of [`server`] reports to the test.
+    #[derive(Clone)]
+    struct Ends {
+        closed_by_client: Arc<AtomicUsize>,
+        server_closed: tokio::sync::mpsc::UnboundedSender<()>,
+        client_closed: tokio::sync::mpsc::UnboundedSender<()>,
+        told: tokio::sync::watch::Receiver<bool>,
+        seen: Arc<Mutex<Vec<String>>>,
+    }
+
+    async fn serve_conn<S>(mut tcp: S, mut ends: Ends)
+    where
+        S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    {
+        let mut buf = Vec::new();
+        let (mut drop_next, mut half_next) = (false, false);
+        loop {
+            let mut chunk = [0u8; 1024];
+            let n = tcp.read(&mut chunk).await.unwrap_or(0);
+            if n == 0 {
+                ends.closed_by_client.fetch_add(1, Ordering::SeqCst);
+                let _ = ends.client_closed.send(());
+                return;
+            }
+            buf.extend_from_slice(&chunk[..n]);
+            let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+                continue;
+            };
+            let head = String::from_utf8_lossy(&buf[..end]).into_owned();
+            buf.drain(..end + 4);
+            let line = head.lines().next().unwrap_or_default().to_owned();
+            ends.seen.lock().unwrap().push(line);
+            if half_next {
+                let _ = tcp.write_all(b"HTTP/1.1 200 OK\r\ncontent-").await;
+                return;
+            }
+            if drop_next || head.starts_with("GET /drop ") {
+                // unanswered; over TLS, a close_notify first
+                let _ = tcp.shutdown().await;
+                return;
+            }
+            drop_next = head.starts_with("GET /then-drop ");
+            half_next = head.starts_with("GET /then-half ");
+            if head.starts_with("GET /partial ") {
+                let _ = tcp
+                    .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nok")
+                    .await;
+                continue;
+            }
+            let _ = tcp
+                .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                .await;
+            if head.starts_with("GET /close ") {
+                drop(tcp);
+                let _ = ends.server_closed.send(());
+                return;
+            }
+            if head.starts_with("GET /close-when-told ") {
+                let _ = ends.told.wait_for(|t| *t).await;
+                // FIN; the loop then reads until the client closes its end
+                let _ = tcp.shutdown().await;
+                let _ = ends.server_closed.send(());
+            }
         }
     }
 
@@ -483,5 +694,171 @@ mod tests {
         ok(&up, "/keep").await;
         assert_eq!(server.opened.load(Ordering::SeqCst), 2);
         server.task.abort();
+    }
+
+    /// How many times the server saw `line`.
+    fn seen(server: &Server, line: &str) -> usize {
+        server
+            .seen
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|l| *l == line)
+            .count()
+    }
+
+    #[tokio::test]
+    async fn a_get_whose_reused_connection_closes_unanswered_is_answered_on_a_new_one() {
+        let server = server().await;
+        let up = upstream(&server.url);
+        ok(&up, "/then-drop").await;
+        assert_eq!(up.http1_idle_connections(), 1);
+
+        // the idle connection takes the GET, and its upstream reads it and closes: the client
+        // gets the answer of a second connection, not an error
+        ok(&up, "/keep").await;
+        assert_eq!(seen(&server, "GET /keep HTTP/1.1"), 2);
+        assert_eq!(server.opened.load(Ordering::SeqCst), 2);
+        assert_eq!(up.http1_idle_connections(), 1);
+        server.task.abort();
+    }
+
+    #[tokio::test]
+    async fn over_tls_a_close_notify_is_no_answer_and_the_get_is_sent_again() {
+        let (server, ca) = tls_server().await;
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(ca).unwrap();
+        let settings = ClientSettings {
+            tls: Some(
+                rustls::ClientConfig::builder()
+                    .with_root_certificates(roots)
+                    .with_no_client_auth(),
+            ),
+            server_name: Some("localhost".to_owned()),
+            connect_timeout: Duration::from_secs(5),
+            insecure_skip_verify: false,
+        };
+        let up = Upstream::new(
+            "up".into(),
+            server.url.clone(),
+            &settings,
+            Duration::from_secs(10),
+        )
+        .unwrap();
+        ok(&up, "/then-drop").await;
+        assert_eq!(up.http1_idle_connections(), 1);
+
+        // the upstream reads the GET and closes the connection, TLS first (close_notify):
+        // no byte of an answer, so the GET is sent again
+        ok(&up, "/keep").await;
+        assert_eq!(seen(&server, "GET /keep HTTP/1.1"), 2);
+        server.task.abort();
+    }
+
+    #[tokio::test]
+    async fn a_post_whose_reused_connection_closes_unanswered_is_not_sent_twice() {
+        let server = server().await;
+        let up = upstream(&server.url);
+        ok(&up, "/then-drop").await;
+        assert_eq!(up.http1_idle_connections(), 1);
+
+        let mut req = Request::new(crate::forward::full(r#"{"kind":"ConfigMap"}"#));
+        *req.method_mut() = Method::POST;
+        *req.uri_mut() = Uri::from_static("/api/v1/namespaces/default/configmaps");
+        let result = up.request(req).await.map(|r| r.status());
+        assert!(
+            matches!(result, Err(crate::error::ProxyError::Transport { .. })),
+            "the error surfaces: {result:?}"
+        );
+        assert_eq!(
+            seen(
+                &server,
+                "POST /api/v1/namespaces/default/configmaps HTTP/1.1"
+            ),
+            1
+        );
+        assert_eq!(server.opened.load(Ordering::SeqCst), 1);
+        server.task.abort();
+    }
+
+    #[tokio::test]
+    async fn a_get_whose_new_connection_closes_unanswered_is_not_sent_again() {
+        let server = server().await;
+        let up = upstream(&server.url);
+        let err = up
+            .get("/drop", "application/json", 1024)
+            .await
+            .expect_err("the error surfaces");
+        assert!(
+            matches!(err, crate::error::ProxyError::Transport { .. }),
+            "{err:?}"
+        );
+        assert_eq!(seen(&server, "GET /drop HTTP/1.1"), 1);
+        assert_eq!(server.opened.load(Ordering::SeqCst), 1);
+        server.task.abort();
+    }
+
+    #[tokio::test]
+    async fn a_get_is_sent_again_once_at_most() {
+        let server = server().await;
+        let up = upstream(&server.url);
+        ok(&up, "/then-drop").await;
+        // the reused connection closes under it, and so does the new one it is sent again on
+        let err = up
+            .get("/drop", "application/json", 1024)
+            .await
+            .expect_err("the second failure surfaces");
+        assert!(
+            matches!(err, crate::error::ProxyError::Transport { .. }),
+            "{err:?}"
+        );
+        assert_eq!(seen(&server, "GET /drop HTTP/1.1"), 2);
+        assert_eq!(server.opened.load(Ordering::SeqCst), 2);
+        server.task.abort();
+    }
+
+    #[tokio::test]
+    async fn a_get_whose_answer_had_begun_is_not_sent_again() {
+        let server = server().await;
+        let up = upstream(&server.url);
+        ok(&up, "/then-half").await;
+        // the upstream began to answer on the reused connection, then closed it: it did
+        // process the request
+        let err = up
+            .get("/keep", "application/json", 1024)
+            .await
+            .expect_err("the error surfaces");
+        assert!(
+            matches!(err, crate::error::ProxyError::Transport { .. }),
+            "{err:?}"
+        );
+        assert_eq!(seen(&server, "GET /keep HTTP/1.1"), 1);
+        assert_eq!(server.opened.load(Ordering::SeqCst), 1);
+        server.task.abort();
+    }
+
+    #[test]
+    fn only_bodiless_idempotent_requests_are_replayable() {
+        let req = |method: Method, body: Body| {
+            let mut r = Request::new(body);
+            *r.method_mut() = method;
+            r
+        };
+        for m in [Method::GET, Method::HEAD, Method::OPTIONS, Method::TRACE] {
+            assert!(is_replayable(&req(m.clone(), empty())), "{m}");
+            assert!(
+                !is_replayable(&req(m.clone(), crate::forward::full("x"))),
+                "{m} with a body"
+            );
+        }
+        for m in [
+            Method::POST,
+            Method::PUT,
+            Method::PATCH,
+            Method::DELETE,
+            Method::CONNECT,
+        ] {
+            assert!(!is_replayable(&req(m.clone(), empty())), "{m}");
+        }
     }
 }

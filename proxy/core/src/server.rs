@@ -5,6 +5,8 @@
 //! record what happened. [`serve`] accepts connections (plain or TLS, HTTP/1.1 with upgrades
 //! and HTTP/2) within the [`crate::limits`], and drains them on shutdown.
 
+use std::convert::Infallible;
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -13,6 +15,7 @@ use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::BodyExt;
+use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use hyper_util::server::graceful::GracefulShutdown;
 use mvproxy_telemetry::metrics::{
@@ -401,6 +404,35 @@ fn method_label(m: &Method) -> &'static str {
 /// How long in-flight requests get to finish after a shutdown signal (watches never finish).
 pub(crate) const SHUTDOWN_DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// One request on a client connection, answered by [`handle`].
+async fn answer(
+    app: Arc<App>,
+    identity: Arc<ClientIdentity>,
+    req: Request<Incoming>,
+) -> Result<Response<Body>, Infallible> {
+    Ok(handle(app, identity, req).await)
+}
+
+/// A client connection's service: each request answered by [`handle`] with the connection's
+/// client identity, its future made by `start` ([`answer`] itself, or boxed: see [`serve`]).
+fn connection_service<S, F>(
+    app: Arc<App>,
+    identity: ClientIdentity,
+    start: S,
+) -> impl hyper::service::Service<
+    Request<Incoming>,
+    Response = Response<Body>,
+    Error = Infallible,
+    Future = F,
+>
+where
+    S: Fn(Arc<App>, Arc<ClientIdentity>, Request<Incoming>) -> F,
+    F: Future<Output = Result<Response<Body>, Infallible>>,
+{
+    let identity = Arc::new(identity);
+    hyper::service::service_fn(move |req| start(app.clone(), identity.clone(), req))
+}
+
 /// Serves the proxy on `listener` until `shutdown` is cancelled, then drains open connections.
 pub(crate) async fn serve(
     listener: TcpListener,
@@ -433,44 +465,30 @@ pub(crate) async fn serve(
         let tls = tls.clone();
         tokio::spawn(async move {
             let _permit = permit;
-            let auth_app = app.clone();
-            let boxed_app = app.clone();
-            let service = |identity: ClientIdentity| {
-                let identity = Arc::new(identity);
-                hyper::service::service_fn(move |req| {
-                    let (app, identity) = (app.clone(), identity.clone());
-                    async move { Ok::<_, std::convert::Infallible>(handle(app, identity, req).await) }
-                })
-            };
-            // For HTTP/2 the same future boxed: hyper's HTTP/2 server spawns a task per request
-            // holding it, and tokio moves a task's future by value (into the task cell, and
-            // over it again when it completes), several KB each time; boxed, those moves are
-            // of a pointer (they were 8 % of the proxy's CPU under TLS + HTTP/2,
-            // bench/PERF_NOTES.md). HTTP/1.1 keeps it inline: hyper's HTTP/1.1 server holds it
-            // in place, and the box would only add an allocation per request.
-            let service_h2 = |identity: ClientIdentity| {
-                let identity = Arc::new(identity);
-                hyper::service::service_fn(move |req| {
-                    let (app, identity) = (boxed_app.clone(), identity.clone());
-                    Box::pin(async move {
-                        Ok::<_, std::convert::Infallible>(handle(app, identity, req).await)
-                    })
-                })
-            };
             let result = match tls {
                 Some(acceptor) => match crate::tls::accept::accept(&acceptor, stream).await {
                     Ok(s) => {
-                        let identity = auth_app.auth.identify(s.get_ref().1.peer_certificates());
+                        let identity = app.auth.identify(s.get_ref().1.peer_certificates());
                         let h2 = s.get_ref().1.alpn_protocol() == Some(b"h2".as_slice());
                         let io =
                             TokioIo::new(limits::FirstBytes::new(s, limits::HEADER_READ_TIMEOUT));
                         if h2 {
-                            let conn =
-                                builder.serve_connection_with_upgrades(io, service_h2(identity));
+                            // For HTTP/2 each request's future is boxed: hyper's HTTP/2 server
+                            // spawns a task per request holding it, and tokio moves a task's
+                            // future by value (into the task cell, and over it again when it
+                            // completes), several KB each time; boxed, those moves are of a
+                            // pointer (they were 8 % of the proxy's CPU under TLS + HTTP/2,
+                            // bench/PERF_NOTES.md). HTTP/1.1 keeps it inline: hyper's HTTP/1.1
+                            // server holds it in place, and the box would only add an
+                            // allocation per request.
+                            let service = connection_service(app, identity, |app, id, req| {
+                                Box::pin(answer(app, id, req))
+                            });
+                            let conn = builder.serve_connection_with_upgrades(io, service);
                             watcher.watch(conn.into_owned()).await
                         } else {
-                            let conn =
-                                builder.serve_connection_with_upgrades(io, service(identity));
+                            let service = connection_service(app, identity, answer);
+                            let conn = builder.serve_connection_with_upgrades(io, service);
                             watcher.watch(conn.into_owned()).await
                         }
                     }
@@ -482,8 +500,8 @@ pub(crate) async fn serve(
                 None => {
                     let io =
                         TokioIo::new(limits::FirstBytes::new(stream, limits::HEADER_READ_TIMEOUT));
-                    let conn = builder
-                        .serve_connection_with_upgrades(io, service(ClientIdentity::Anonymous));
+                    let service = connection_service(app, ClientIdentity::Anonymous, answer);
+                    let conn = builder.serve_connection_with_upgrades(io, service);
                     watcher.watch(conn.into_owned()).await
                 }
             };
