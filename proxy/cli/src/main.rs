@@ -174,7 +174,8 @@ enum Flavor {
 /// worker there is no one to steal from, yet the pool keeps its machinery on the request path:
 /// the atomics of its stealable run queues, the bookkeeping for waking parked workers when a task
 /// is spawned or woken, and `block_on`'s own future on a second thread. On one CPU the
-/// current-thread runtime runs the same tasks on one thread without it. Nothing in mvproxy calls
+/// current-thread runtime runs the same tasks on one thread without it: 3-4 % less CPU per
+/// proxied request in `bench/ab.py` (`bench/PERF_NOTES.md`, fifth round). Nothing in mvproxy calls
 /// `block_in_place` (it panics on the current-thread runtime); `spawn_blocking` works on both.
 fn runtime_flavor(worker_threads: Option<&str>, parallelism: usize) -> Result<Flavor, String> {
     let workers = match worker_threads {
