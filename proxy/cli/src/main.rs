@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use mvproxy::config::{EXIT_CONFIG, LogFormat, ServeArgs};
+use mvproxy::config::{ConfigError, EXIT_CONFIG, LogFormat, ServeArgs};
 use mvproxy_demo::DemoArgs;
 
 /// A version-aware proxy for Kubernetes API servers during mixed-version upgrades.
@@ -106,10 +106,7 @@ fn run(
     let parallelism = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
     let flavor = match runtime_flavor(std::env::var(WORKER_THREADS).ok().as_deref(), parallelism) {
         Ok(f) => f,
-        Err(e) => {
-            eprintln!("mvproxy: {e}");
-            return ExitCode::from(EXIT_CONFIG as u8);
-        }
+        Err(e) => return config_error(&e),
     };
     let runtime = match flavor {
         Flavor::CurrentThread => tokio::runtime::Builder::new_current_thread()
@@ -177,15 +174,16 @@ enum Flavor {
 /// current-thread runtime runs the same tasks on one thread without it: 3-4 % less CPU per
 /// proxied request in `bench/ab.py` (`bench/PERF_NOTES.md`, fifth round). Nothing in mvproxy calls
 /// `block_in_place` (it panics on the current-thread runtime); `spawn_blocking` works on both.
-fn runtime_flavor(worker_threads: Option<&str>, parallelism: usize) -> Result<Flavor, String> {
+fn runtime_flavor(worker_threads: Option<&str>, parallelism: usize) -> Result<Flavor, ConfigError> {
     let workers = match worker_threads {
         None => parallelism,
         Some(v) => match v.trim().parse::<usize>() {
             Ok(n) if n > 0 => n,
             _ => {
-                return Err(format!(
-                    "invalid configuration: {WORKER_THREADS}: {v:?} is not a positive number of threads"
-                ));
+                return Err(ConfigError {
+                    field: WORKER_THREADS.to_owned(),
+                    why: format!("{v:?} is not a positive number of threads"),
+                });
             }
         },
     };
@@ -196,7 +194,7 @@ fn runtime_flavor(worker_threads: Option<&str>, parallelism: usize) -> Result<Fl
     })
 }
 
-fn config_error(e: &mvproxy::config::ConfigError) -> ExitCode {
+fn config_error(e: &ConfigError) -> ExitCode {
     eprintln!("mvproxy: {e}");
     ExitCode::from(EXIT_CONFIG as u8)
 }
@@ -225,7 +223,7 @@ mod tests {
     fn a_bad_worker_count_names_the_variable() {
         for bad in ["0", "many", "-1", ""] {
             let e = runtime_flavor(Some(bad), 2).unwrap_err();
-            assert!(e.contains("TOKIO_WORKER_THREADS"), "{bad:?}: {e}");
+            assert_eq!(e.field, "TOKIO_WORKER_THREADS", "{bad:?}: {e}");
         }
     }
 }
