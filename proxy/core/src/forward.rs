@@ -681,16 +681,7 @@ mod tests {
 
     async fn tls_server(alpn: &[&[u8]]) -> TlsServer {
         use std::sync::atomic::{AtomicUsize, Ordering};
-        crate::tls::install_provider();
-        let cert = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
-        let ca = cert.cert.der().clone();
-        let key = rustls::pki_types::PrivateKeyDer::Pkcs8(cert.signing_key.serialize_der().into());
-        let mut config = rustls::ServerConfig::builder()
-            .with_no_client_auth()
-            .with_single_cert(vec![ca.clone()], key)
-            .unwrap();
-        config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
-        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let (acceptor, ca) = crate::testkit::tls_acceptor(alpn);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let connections = Arc::new(AtomicUsize::new(0));

@@ -488,16 +488,7 @@ mod tests {
     /// [`server`] behind TLS (HTTP/1.1 only), its certificate for `localhost` and the CA to
     /// trust it; a connection it closes unanswered gets a `close_notify` first.
     async fn tls_server() -> (Server, rustls::pki_types::CertificateDer<'static>) {
-        crate::tls::install_provider();
-        let cert = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
-        let ca = cert.cert.der().clone();
-        let key = rustls::pki_types::PrivateKeyDer::Pkcs8(cert.signing_key.serialize_der().into());
-        let mut config = rustls::ServerConfig::builder()
-            .with_no_client_auth()
-            .with_single_cert(vec![ca.clone()], key)
-            .unwrap();
-        config.alpn_protocols = vec![b"http/1.1".to_vec()];
-        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let (acceptor, ca) = crate::testkit::tls_acceptor(&[b"http/1.1"]);
         (server_on(Some(acceptor)).await, ca)
     }
 

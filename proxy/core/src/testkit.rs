@@ -186,3 +186,23 @@ impl Harness {
             .0
     }
 }
+
+/// A TLS acceptor with a fresh self-signed certificate for `localhost`, offering `alpn`, and
+/// that certificate, for a client to trust.
+pub(crate) fn tls_acceptor(
+    alpn: &[&[u8]],
+) -> (
+    tokio_rustls::TlsAcceptor,
+    rustls::pki_types::CertificateDer<'static>,
+) {
+    crate::tls::install_provider();
+    let cert = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
+    let ca = cert.cert.der().clone();
+    let key = rustls::pki_types::PrivateKeyDer::Pkcs8(cert.signing_key.serialize_der().into());
+    let mut config = rustls::ServerConfig::builder()
+        .with_no_client_auth()
+        .with_single_cert(vec![ca.clone()], key)
+        .unwrap();
+    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    (tokio_rustls::TlsAcceptor::from(Arc::new(config)), ca)
+}
