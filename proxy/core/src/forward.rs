@@ -9,7 +9,7 @@
 //! unchanged. Failures before a response arrives become a [`ProxyError`] naming the upstream
 //! and the cause; there is no retry (one hop, as upstream), but for the replay of a body-less
 //! `GET`, `HEAD`, `OPTIONS` or `TRACE` whose reused HTTP/1.1 connection its upstream closed
-//! before answering, as Go's `Transport` does ([`crate::h1pool`]).
+//! before answering, as Go's `Transport` does (`h1pool.rs`).
 
 use std::error::Error as StdError;
 use std::future::Future;
