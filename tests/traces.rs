@@ -14,6 +14,18 @@ use crate::cluster::Cluster;
 const TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 const CLIENT_SPAN: &str = "00f067aa0ba902b7";
 
+/// The client's sampled `traceparent`: trace [`TRACE`], parent span [`CLIENT_SPAN`].
+fn client_traceparent() -> String {
+    format!("00-{TRACE}-{CLIENT_SPAN}-01")
+}
+
+/// `GET url` as a client in trace [`TRACE`] (sampled), answered.
+async fn get_in_trace(url: &str) -> Resp {
+    get(url, &[("traceparent", &client_traceparent())])
+        .await
+        .unwrap()
+}
+
 fn otel_env(receiver: &Receiver, grpc: bool) -> Vec<(&'static str, String)> {
     vec![
         ("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint()),
@@ -81,7 +93,7 @@ async fn one_trace_across_the_peer_hop(grpc: bool) {
     };
     let env = otel_env(&receiver, grpc);
     let c = Cluster::start_with_env(&env_refs(&env)).await;
-    let traceparent = format!("00-{TRACE}-{CLIENT_SPAN}-01");
+    let traceparent = client_traceparent();
     let r = get(
         &format!("{}{OLD_ONLY}", c.proxy_a.url()),
         &[("traceparent", &traceparent), ("tracestate", "vendor=1")],
@@ -197,12 +209,7 @@ async fn spans_queued_at_sigterm_are_exported_on_one_thread(grpc: bool) {
     env.push(("RUST_LOG", "info,mvproxy=debug".to_owned()));
     let p = Proxy::start_with_env(&proxy_args("apiserver-a", &a.url(), &[]), &env_refs(&env)).await;
     p.ready().await;
-    let r = get(
-        &format!("{}/api/v1/namespaces/default/pods", p.url()),
-        &[("traceparent", &format!("00-{TRACE}-{CLIENT_SPAN}-01"))],
-    )
-    .await
-    .unwrap();
+    let r = get_in_trace(&format!("{}{PODS}", p.url())).await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.text());
     let log = p.log();
     assert!(
@@ -262,12 +269,7 @@ async fn an_unsampled_request_exports_nothing_and_stays_unsampled_downstream() {
     );
 
     // A sampled request afterwards: once its spans are in, the unsampled one had its chance.
-    let r = get(
-        &format!("{}{OLD_ONLY}", c.proxy_a.url()),
-        &[("traceparent", &format!("00-{TRACE}-{CLIENT_SPAN}-01"))],
-    )
-    .await
-    .unwrap();
+    let r = get_in_trace(&format!("{}{OLD_ONLY}", c.proxy_a.url())).await;
     assert_eq!(r.status, StatusCode::OK);
     let spans = receiver
         .wait_for("the sampled trace", |s| in_trace(s, TRACE).len() >= 4)
@@ -489,7 +491,7 @@ async fn a_peer_routed_request_logs_one_json_line_with_its_trace_and_no_secret()
     let r = get(
         &format!("{}{OLD_ONLY}", p.url()),
         &[
-            ("traceparent", &format!("00-{TRACE}-{CLIENT_SPAN}-01")),
+            ("traceparent", &client_traceparent()),
             ("authorization", "Bearer very-secret-token"),
         ],
     )
@@ -539,12 +541,7 @@ async fn a_failed_request_has_an_error_span_with_an_exception_event() {
     )
     .await;
     p.ready().await;
-    let r = get(
-        &format!("{}{OLD_ONLY}", p.url()),
-        &[("traceparent", &format!("00-{TRACE}-{CLIENT_SPAN}-01"))],
-    )
-    .await
-    .unwrap();
+    let r = get_in_trace(&format!("{}{OLD_ONLY}", p.url())).await;
     assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE);
     let spans = receiver
         .wait_for("the failed request's span", |s| {
