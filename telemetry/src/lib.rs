@@ -3,14 +3,17 @@
 //! `http::HeaderMap` ([`propagation`]), and the Prometheus metric families of the telemetry
 //! contract ([`metrics`]).
 //!
-//! This is the only crate that depends on the OpenTelemetry SDK and exporter. The proxy
+//! This is the only crate that depends on the OpenTelemetry SDK (its sampler, id generator,
+//! propagators and resource) and the only one that speaks OTLP ([`export`]). The proxy
 //! records spans through [`trace::RequestSpan`] (attributes as OpenTelemetry `KeyValue`s),
 //! logs with `tracing`, and metrics with the handles it gets from here, so the request path
 //! cannot reach into exporter internals.
 
 #![warn(missing_docs, unreachable_pub)]
 
+pub mod export;
 pub mod metrics;
+mod otlp;
 pub mod propagation;
 pub mod setup;
 pub mod trace;

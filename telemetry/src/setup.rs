@@ -1,19 +1,27 @@
 //! Setting up logs and traces from the standard `OTEL_*` variables.
 //!
-//! No endpoint means no exporter: no tracer is installed, request spans are empty and the request
-//! path pays nothing for them (the client's trace headers pass along untouched). With an
-//! endpoint, the request spans ([`crate::trace`]) go out through the SDK's batch processor,
-//! which exports on its own thread: a slow or dead collector fills (and then drops from) a
-//! bounded queue, it never blocks a request. Log lines go through `tracing`, which carries no
-//! spans. The OTLP/HTTP client
-//! is the blocking one on purpose: the async clients need a Tokio reactor the batch thread does
-//! not have, and would panic there and silently export nothing.
+//! No endpoint means no exporter: request spans are empty and the request path pays nothing
+//! for them (the client's trace headers pass along untouched). With an endpoint, the request
+//! spans ([`crate::trace`]) go to a bounded queue that one thread of their own exports
+//! ([`crate::export`]): a slow or dead collector fills (and then drops from) the queue, it
+//! never blocks a request. Log lines go through `tracing`, which carries no spans.
+//!
+//! The variables are read as the SDK reads them (the OpenTelemetry environment variable
+//! specification, <https://opentelemetry.io/docs/specs/otel/configuration/sdk-environment-variables/>
+//! and <https://opentelemetry.io/docs/specs/otel/protocol/exporter/>), except that a value
+//! that cannot be used is an error naming the variable where the SDK silently takes its
+//! default.
 
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::header::{HeaderName, HeaderValue};
+use http::{HeaderMap, Uri};
 use opentelemetry::KeyValue;
-use opentelemetry::trace::TracerProvider as _;
-use opentelemetry_otlp::{Protocol, SpanExporter, WithExportConfig};
 use opentelemetry_sdk::Resource;
-use opentelemetry_sdk::trace::{Sampler, SdkTracerProvider};
+use opentelemetry_sdk::trace::Sampler;
+
+use crate::export::{Batching, Exporter, Target};
 use tracing_subscriber::filter::EnvFilter;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
@@ -45,6 +53,10 @@ pub struct Export {
     pub grpc: bool,
     /// The variable `endpoint` came from, named by an exporter error.
     pub endpoint_var: &'static str,
+    /// `OTEL_EXPORTER_OTLP_HEADERS` (or `_TRACES_HEADERS`): sent with every export.
+    pub headers: HeaderMap,
+    /// `OTEL_EXPORTER_OTLP_TIMEOUT` (or `_TRACES_TIMEOUT`): one export request at most.
+    pub timeout: Duration,
 }
 
 const TRACES_ENDPOINT: &str = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT";
@@ -57,6 +69,8 @@ pub struct Settings {
     pub export: Option<Export>,
     /// `OTEL_TRACES_SAMPLER` and its argument.
     pub sampler: Sampler,
+    /// The `OTEL_BSP_*` variables.
+    pub batching: Batching,
     /// `OTEL_SERVICE_NAME`, else `service.name` from `OTEL_RESOURCE_ATTRIBUTES`, else `mvproxy`.
     pub service_name: String,
     /// JSON log lines.
@@ -101,11 +115,20 @@ impl Settings {
             }
             (None, None) => None,
         }
-        .map(|(endpoint, endpoint_var)| Export {
-            endpoint,
-            grpc,
-            endpoint_var,
-        });
+        .map(
+            |(endpoint, endpoint_var)| -> Result<Export, TelemetryError> {
+                Ok(Export {
+                    endpoint,
+                    grpc,
+                    endpoint_var,
+                    headers: headers(&get)?,
+                    timeout: millis(&get, "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", None)?
+                        .or(millis(&get, "OTEL_EXPORTER_OTLP_TIMEOUT", None)?)
+                        .unwrap_or(Duration::from_secs(10)),
+                })
+            },
+        )
+        .transpose()?;
         let service_name = get("OTEL_SERVICE_NAME")
             .or_else(|| {
                 get("OTEL_RESOURCE_ATTRIBUTES").and_then(|attrs| {
@@ -119,6 +142,7 @@ impl Settings {
         Ok(Self {
             export,
             sampler: sampler(get("OTEL_TRACES_SAMPLER"), get("OTEL_TRACES_SAMPLER_ARG"))?,
+            batching: batching(&get)?,
             service_name,
             json_logs,
             default_log_filter: "info".to_owned(),
@@ -127,13 +151,93 @@ impl Settings {
 }
 
 fn checked(var: &'static str, url: String) -> Result<String, TelemetryError> {
-    match url.parse::<http::Uri>() {
-        Ok(u) if u.scheme().is_some() && u.host().is_some() => Ok(url),
-        _ => Err(err(
+    match url.parse::<Uri>() {
+        Ok(u) if u.scheme_str() == Some("http") && u.host().is_some() => Ok(url),
+        Ok(u) if u.scheme_str() == Some("https") => Err(err(
             var,
-            format!("{url:?} is not an http:// or https:// URL"),
+            format!(
+                "{url:?}: https is not supported; export to a collector over http:// (a local agent or sidecar)"
+            ),
         )),
+        _ => Err(err(var, format!("{url:?} is not an http:// URL"))),
     }
+}
+
+/// A duration in milliseconds from `var`; `None` when unset.
+fn millis(
+    get: &impl Fn(&str) -> Option<String>,
+    var: &'static str,
+    default: Option<Duration>,
+) -> Result<Option<Duration>, TelemetryError> {
+    match get(var) {
+        None => Ok(default),
+        Some(v) => match v.trim().parse::<u64>() {
+            Ok(ms) => Ok(Some(Duration::from_millis(ms))),
+            Err(_) => Err(err(var, format!("{v:?} is not a number of milliseconds"))),
+        },
+    }
+}
+
+/// The `OTEL_BSP_*` variables, the SDK's defaults for those unset.
+fn batching(get: &impl Fn(&str) -> Option<String>) -> Result<Batching, TelemetryError> {
+    let d = Batching::default();
+    let count = |var: &'static str, default: usize| match get(var) {
+        None => Ok(default),
+        Some(v) => match v.trim().parse::<usize>() {
+            Ok(n) if n > 0 => Ok(n),
+            _ => Err(err(var, format!("{v:?} is not a positive number"))),
+        },
+    };
+    let time = |var, default| millis(get, var, Some(default)).map(|t| t.unwrap_or(default));
+    Ok(Batching {
+        schedule_delay: time("OTEL_BSP_SCHEDULE_DELAY", d.schedule_delay)?,
+        max_queue: count("OTEL_BSP_MAX_QUEUE_SIZE", d.max_queue)?,
+        max_batch: count("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", d.max_batch)?,
+        export_timeout: time("OTEL_BSP_EXPORT_TIMEOUT", d.export_timeout)?,
+    })
+}
+
+/// `OTEL_EXPORTER_OTLP_TRACES_HEADERS`, else `OTEL_EXPORTER_OTLP_HEADERS`: `key=value` pairs
+/// separated by commas, values percent-encoded (the W3C Baggage format).
+fn headers(get: &impl Fn(&str) -> Option<String>) -> Result<HeaderMap, TelemetryError> {
+    let (var, value) = match (
+        get("OTEL_EXPORTER_OTLP_TRACES_HEADERS"),
+        get("OTEL_EXPORTER_OTLP_HEADERS"),
+    ) {
+        (Some(v), _) => ("OTEL_EXPORTER_OTLP_TRACES_HEADERS", v),
+        (None, Some(v)) => ("OTEL_EXPORTER_OTLP_HEADERS", v),
+        (None, None) => return Ok(HeaderMap::new()),
+    };
+    let mut headers = HeaderMap::new();
+    for pair in value.split(',').filter(|p| !p.trim().is_empty()) {
+        let parsed = pair.split_once('=').and_then(|(k, v)| {
+            let name = HeaderName::from_bytes(k.trim().as_bytes()).ok()?;
+            let value = HeaderValue::from_bytes(&percent_decode(v.trim())?).ok()?;
+            Some((name, value))
+        });
+        let Some((name, value)) = parsed else {
+            return Err(err(
+                var,
+                format!("{pair:?} is not a header as key=value (value percent-encoded)"),
+            ));
+        };
+        headers.append(name, value);
+    }
+    Ok(headers)
+}
+
+fn percent_decode(s: &str) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(s.len());
+    let mut bytes = s.bytes();
+    while let Some(b) = bytes.next() {
+        if b == b'%' {
+            let hex = [bytes.next()?, bytes.next()?];
+            out.push(u8::from_str_radix(std::str::from_utf8(&hex).ok()?, 16).ok()?);
+        } else {
+            out.push(b);
+        }
+    }
+    Some(out)
 }
 
 fn sampler(name: Option<String>, arg: Option<String>) -> Result<Sampler, TelemetryError> {
@@ -172,19 +276,15 @@ fn sampler(name: Option<String>, arg: Option<String>) -> Result<Sampler, Telemet
 /// Keeps the trace pipeline alive; dropping it flushes and shuts the exporter down.
 #[must_use = "dropping the guard stops trace export"]
 pub struct TelemetryGuard {
-    provider: Option<SdkTracerProvider>,
+    exporter: Option<Arc<Exporter>>,
 }
 
 impl TelemetryGuard {
-    /// Exports what is buffered and stops the exporter (also done on drop).
+    /// Exports what is queued and stops the exporter (also done on drop), waiting up to
+    /// `OTEL_BSP_EXPORT_TIMEOUT`.
     pub fn shutdown(&mut self) {
-        if let Some(p) = self.provider.take() {
-            if let Err(e) = p.force_flush() {
-                eprintln!("mvproxy: flushing spans: {e}");
-            }
-            if let Err(e) = p.shutdown() {
-                eprintln!("mvproxy: stopping the span exporter: {e}");
-            }
+        if let Some(e) = self.exporter.take() {
+            e.shutdown();
         }
     }
 }
@@ -196,7 +296,7 @@ impl Drop for TelemetryGuard {
 }
 
 /// Installs the process-wide `tracing` subscriber (log lines to stderr) and, when an exporter
-/// is configured, the tracer of the request spans. Must run inside a Tokio runtime when exporting over gRPC.
+/// is configured, the sampler and exporter of the request spans.
 pub fn init(settings: &Settings) -> Result<TelemetryGuard, TelemetryError> {
     let log_filter = EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| EnvFilter::new(&settings.default_log_filter));
@@ -210,41 +310,41 @@ pub fn init(settings: &Settings) -> Result<TelemetryGuard, TelemetryError> {
         .with(logs)
         .try_init()
         .map_err(|e| err("RUST_LOG", format!("logging already set up: {e}")))?;
-    let provider = match &settings.export {
+    let exporter = match &settings.export {
         None => None,
         Some(export) => {
-            let provider = provider(export, settings)?;
-            crate::trace::install(provider.tracer("mvproxy"));
-            Some(provider)
+            let exporter = Arc::new(exporter(export, settings)?);
+            crate::trace::install(settings.sampler.clone(), exporter.clone());
+            Some(exporter)
         }
     };
-    Ok(TelemetryGuard { provider })
+    Ok(TelemetryGuard { exporter })
 }
 
-fn provider(export: &Export, settings: &Settings) -> Result<SdkTracerProvider, TelemetryError> {
+fn exporter(export: &Export, settings: &Settings) -> Result<Exporter, TelemetryError> {
     let var = export.endpoint_var;
-    let exporter = if export.grpc {
-        SpanExporter::builder()
-            .with_tonic()
-            .with_endpoint(&export.endpoint)
-            .build()
-    } else {
-        SpanExporter::builder()
-            .with_http()
-            .with_protocol(Protocol::HttpBinary)
-            .with_endpoint(&export.endpoint)
-            .build()
-    }
-    .map_err(|e| err(var, e.to_string()))?;
+    let endpoint = export
+        .endpoint
+        .parse::<Uri>()
+        .map_err(|e| err(var, e.to_string()))?;
+    // The SDK's resource: `service.name`, the `telemetry.sdk.*` attributes and
+    // `OTEL_RESOURCE_ATTRIBUTES`.
     let resource = Resource::builder()
         .with_service_name(settings.service_name.clone())
         .with_attributes([KeyValue::new("service.namespace", "mvproxy")])
         .build();
-    Ok(SdkTracerProvider::builder()
-        .with_batch_exporter(exporter)
-        .with_sampler(settings.sampler.clone())
-        .with_resource(resource)
-        .build())
+    let target = Target {
+        endpoint,
+        grpc: export.grpc,
+        headers: export.headers.clone(),
+        timeout: export.timeout,
+    };
+    Exporter::start(
+        target,
+        &settings.batching,
+        crate::otlp::resource(resource.iter().map(|(k, v)| (k.as_str(), v))),
+    )
+    .map_err(|e| err(var, e.to_string()))
 }
 
 #[cfg(test)]
@@ -278,6 +378,8 @@ mod tests {
                 endpoint: "http://127.0.0.1:4318/v1/traces".into(),
                 grpc: false,
                 endpoint_var: ENDPOINT,
+                headers: HeaderMap::new(),
+                timeout: Duration::from_secs(10),
             })
         );
         let s = settings(&[
@@ -338,6 +440,47 @@ mod tests {
                 "OTEL_TRACES_SAMPLER",
             ),
             (
+                &[("OTEL_EXPORTER_OTLP_ENDPOINT", "https://collector:4318")],
+                "OTEL_EXPORTER_OTLP_ENDPOINT",
+            ),
+            (
+                &[("OTEL_BSP_MAX_QUEUE_SIZE", "0")],
+                "OTEL_BSP_MAX_QUEUE_SIZE",
+            ),
+            (
+                &[("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "many")],
+                "OTEL_BSP_MAX_EXPORT_BATCH_SIZE",
+            ),
+            (
+                &[("OTEL_BSP_SCHEDULE_DELAY", "5s")],
+                "OTEL_BSP_SCHEDULE_DELAY",
+            ),
+            (
+                &[("OTEL_BSP_EXPORT_TIMEOUT", "-1")],
+                "OTEL_BSP_EXPORT_TIMEOUT",
+            ),
+            (
+                &[
+                    ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318"),
+                    ("OTEL_EXPORTER_OTLP_TIMEOUT", "ten"),
+                ],
+                "OTEL_EXPORTER_OTLP_TIMEOUT",
+            ),
+            (
+                &[
+                    ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318"),
+                    ("OTEL_EXPORTER_OTLP_HEADERS", "authorization"),
+                ],
+                "OTEL_EXPORTER_OTLP_HEADERS",
+            ),
+            (
+                &[
+                    ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318"),
+                    ("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "x-tenant=%zz"),
+                ],
+                "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
+            ),
+            (
                 &[
                     ("OTEL_TRACES_SAMPLER", "traceidratio"),
                     ("OTEL_TRACES_SAMPLER_ARG", "2"),
@@ -348,6 +491,46 @@ mod tests {
         for (vars, var) in cases {
             assert_eq!(settings(vars).unwrap_err().var, *var, "{vars:?}");
         }
+    }
+
+    #[test]
+    fn export_headers_timeouts_and_batching() {
+        let s = settings(&[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318"),
+            (
+                "OTEL_EXPORTER_OTLP_HEADERS",
+                "authorization=Basic%20dTpw, x-scope-orgid=tenant-1",
+            ),
+            ("OTEL_EXPORTER_OTLP_TIMEOUT", "2500"),
+            ("OTEL_BSP_SCHEDULE_DELAY", "200"),
+            ("OTEL_BSP_MAX_QUEUE_SIZE", "8192"),
+        ])
+        .unwrap();
+        let export = s.export.unwrap();
+        assert_eq!(
+            export.headers["authorization"], "Basic dTpw",
+            "percent-decoded"
+        );
+        assert_eq!(export.headers["x-scope-orgid"], "tenant-1");
+        assert_eq!(export.timeout, Duration::from_millis(2500));
+        assert_eq!(s.batching.schedule_delay, Duration::from_millis(200));
+        assert_eq!(s.batching.max_queue, 8192);
+        assert_eq!(s.batching.max_batch, 512, "the SDK's default");
+        let s = settings(&[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318"),
+            ("OTEL_EXPORTER_OTLP_HEADERS", "x-a=1"),
+            ("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "x-b=2"),
+            ("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "700"),
+        ])
+        .unwrap();
+        let export = s.export.unwrap();
+        assert_eq!(
+            export.headers.get("x-a"),
+            None,
+            "the signal's own variable wins"
+        );
+        assert_eq!(export.headers["x-b"], "2");
+        assert_eq!(export.timeout, Duration::from_millis(700));
     }
 
     #[test]
