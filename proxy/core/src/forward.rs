@@ -427,7 +427,7 @@ impl Upstream {
             && let Some(stream) = h2.checkout(&self.base).await?
         {
             *req.uri_mut() = self.absolute(req.uri())?;
-            return Ok(stream.send(req).await?);
+            return h2.send(&self.base, stream, req).await;
         }
         if !req.headers().contains_key(header::HOST) {
             req.headers_mut().insert(header::HOST, self.host.clone());

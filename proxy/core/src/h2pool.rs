@@ -14,6 +14,32 @@
 //! What stays on HTTP/1.1: upgrades (exec, attach, port-forward; HTTP/2 has no `Upgrade`),
 //! `http://` upstreams (no ALPN), and an upstream whose handshake chose `http/1.1`: the pool
 //! then remembers it and the caller's HTTP/1.1 client is used from then on.
+//!
+//! A server that stops taking requests on a connection says which ones it did not process,
+//! and those may go elsewhere whatever their method (RFC 9113 §8.7): a `GOAWAY` names the
+//! last stream it processed or might still process, so every stream above it was not (§6.8;
+//! kube-apiserver sends one when it shuts down or restarts during an upgrade), and a
+//! `RST_STREAM` with `REFUSED_STREAM` says its stream was not. Go's HTTP/2 transport sends
+//! such a request again on another connection (golang.org/x/net `http2/transport.go`:
+//! `(*Transport).RoundTripOpt`'s retry loop, `canRetryError`, `shouldRetryRequest`, and
+//! `(*ClientConn).setGoAway`, which fails the streams above the last stream ID with
+//! `errClientConnGotGoAway`), and so does this pool ([`H2Pool::send`]). h2 reports the two
+//! cases as a remote `GOAWAY` error and a remote reset with `REFUSED_STREAM` on the stream;
+//! a stream the `GOAWAY` covers and that then ends unanswered gets the connection's I/O
+//! error instead (the server may have processed it), and any other reset is the server's
+//! answer: neither is sent again. The connection is taken out of the pool (its other streams
+//! run to their end) and the request goes to another one, a new one unless another has room,
+//! which the connection's other refused requests then share rather than each dialing its own.
+//! A request is sent again at most once (Go tries up to seven times with a backoff; a second
+//! refusal reaches the client as a `503`, and client-go retries that), and only when its body
+//! can be sent again: a request without a body, the common case (get, list, watch), is kept
+//! as its head, one copy of its method, URI and header map per request (the extensions are
+//! left out: hyper's HTTP/2 client reads only the extended-CONNECT protocol, which mvproxy
+//! never sends); a request with a body is never copied, because hyper has consumed the body
+//! by the time the server refuses it, and keeping every body for a rare refusal would cost
+//! memory on every write, so its refusal reaches the client (`503`). A request that hyper hands
+//! back unsent, because its connection closed before hyper took it (Go's
+//! `errClientConnUnusable`), goes to another connection whatever its body.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -29,7 +55,7 @@ use hyper_util::client::legacy::connect::Connection;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use tower_service::Service;
 
-use crate::forward::{Body, BoxError, Connector};
+use crate::forward::{Body, BoxError, Connector, empty};
 use crate::h1pool::Lease;
 
 /// Requests in flight on one upstream connection before another is opened.
@@ -130,6 +156,58 @@ impl H2Pool {
         conns.push(c);
         Ok(Some(stream))
     }
+
+    /// Sends `req` (an absolute URI) on `stream`, from [`H2Pool::checkout`]. A request the
+    /// upstream did not process (a `GOAWAY` above it, `REFUSED_STREAM`) is sent once more, on
+    /// another connection, when it has no body (see the module doc).
+    pub(crate) async fn send(
+        &self,
+        base: &Uri,
+        mut stream: Stream,
+        mut req: Request<Body>,
+    ) -> Result<Response<UpstreamBody>, BoxError> {
+        *req.version_mut() = http::Version::HTTP_2;
+        // What a replay is rebuilt from: kept only for a request without a body.
+        let mut head = req.body().is_end_stream().then(|| head_of(&req));
+        // The request was sent once more already: whatever happens now is the answer.
+        let mut replayed = false;
+        loop {
+            let Stream { mut send, guard } = stream;
+            let mut e = match send.try_send_request(req).await {
+                Ok(resp) => {
+                    return Ok(resp.map(|inner| UpstreamBody {
+                        inner,
+                        held: Held::Stream { _guard: guard },
+                    }));
+                }
+                Err(e) => e,
+            };
+            let again = match e.take_message() {
+                // Not sent: the connection closed before hyper took the request.
+                Some(unsent) => Some(unsent),
+                None if refused_unprocessed(e.error()) => head.take().map(|h| h.map(|()| empty())),
+                None => None,
+            };
+            let e = e.into_error();
+            let Some(again) = again.filter(|_| !replayed) else {
+                return Err(e.into());
+            };
+            tracing::debug!(error = %e, "upstream did not process the request; sending it once more on another connection");
+            // No new stream goes to this connection; those in flight on it run to their end.
+            self.conns
+                .lock()
+                .await
+                .retain(|c| !Arc::ptr_eq(&c.streams, &guard.0));
+            drop(guard);
+            stream = match self.checkout(base).await? {
+                Some(s) => s,
+                // The upstream now chose HTTP/1.1: the refusal stands.
+                None => return Err(e.into()),
+            };
+            req = again;
+            replayed = true;
+        }
+    }
 }
 
 fn reserve(c: &Conn) -> Stream {
@@ -140,20 +218,24 @@ fn reserve(c: &Conn) -> Stream {
     }
 }
 
-impl Stream {
-    /// Sends `req` (an absolute URI) on this stream.
-    pub(crate) async fn send(
-        mut self,
-        mut req: Request<Body>,
-    ) -> Result<Response<UpstreamBody>, hyper::Error> {
-        *req.version_mut() = http::Version::HTTP_2;
-        self.send.ready().await?;
-        let resp = self.send.send_request(req).await?;
-        Ok(resp.map(|inner| UpstreamBody {
-            inner,
-            held: Held::Stream { _guard: self.guard },
-        }))
-    }
+/// Whether `e`, the failure of a request on an HTTP/2 stream before its response head, says
+/// the server did not process the request: a `GOAWAY` from the server that does not cover the
+/// stream, or a reset from the server with `REFUSED_STREAM` (see the module doc).
+fn refused_unprocessed(e: &hyper::Error) -> bool {
+    let Some(h2) = std::error::Error::source(e).and_then(|s| s.downcast_ref::<h2::Error>()) else {
+        return false;
+    };
+    h2.is_remote() && (h2.is_go_away() || h2.reason() == Some(h2::Reason::REFUSED_STREAM))
+}
+
+/// The method, URI, version and headers of `req`, to send it again.
+fn head_of(req: &Request<Body>) -> Request<()> {
+    let mut head = Request::new(());
+    head.method_mut().clone_from(req.method());
+    head.uri_mut().clone_from(req.uri());
+    *head.version_mut() = req.version();
+    head.headers_mut().clone_from(req.headers());
+    head
 }
 
 /// An upstream response body. Over HTTP/2 it holds its stream's place until dropped; over
