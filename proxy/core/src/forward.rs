@@ -451,6 +451,12 @@ impl Upstream {
         }
     }
 
+    /// The HTTP/2 pool (for tests).
+    #[cfg(test)]
+    pub(crate) fn h2_pool(&self) -> Option<&Arc<H2Pool>> {
+        self.h2.as_ref()
+    }
+
     /// `origin` (a path and query) against this upstream's scheme and authority (HTTP/2).
     fn absolute(&self, origin: &Uri) -> Result<Uri, http::uri::InvalidUriParts> {
         let mut parts = self.base.clone().into_parts();
