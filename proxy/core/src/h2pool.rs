@@ -24,22 +24,26 @@
 //! `(*Transport).RoundTripOpt`'s retry loop, `canRetryError`, `shouldRetryRequest`, and
 //! `(*ClientConn).setGoAway`, which fails the streams above the last stream ID with
 //! `errClientConnGotGoAway`), and so does this pool ([`H2Pool::send`]). h2 reports the two
-//! cases as a remote `GOAWAY` error and a remote reset with `REFUSED_STREAM` on the stream;
-//! a stream the `GOAWAY` covers and that then ends unanswered gets the connection's I/O
-//! error instead (the server may have processed it), and any other reset is the server's
+//! cases as a `GOAWAY` error and a `REFUSED_STREAM` reset on the stream, both marked as
+//! received from the server (h2 0.4 `src/proto/streams/streams.rs`, `recv_go_away`, fails the
+//! streams above the last stream ID with the `GOAWAY`; a stream opened after it gets the same
+//! error); a stream the `GOAWAY` covers and that then ends unanswered gets the connection's
+//! I/O error instead (the server may have processed it), and any other reset is the server's
 //! answer: neither is sent again. The connection is taken out of the pool (its other streams
 //! run to their end) and the request goes to another one, a new one unless another has room,
 //! which the connection's other refused requests then share rather than each dialing its own.
 //! A request is sent again at most once (Go tries up to seven times with a backoff; a second
 //! refusal reaches the client as a `503`, and client-go retries that), and only when its body
 //! can be sent again: a request without a body, the common case (get, list, watch), is kept
-//! as its head, one copy of its method, URI and header map per request (the extensions are
-//! left out: hyper's HTTP/2 client reads only the extended-CONNECT protocol, which mvproxy
-//! never sends); a request with a body is never copied, because hyper has consumed the body
+//! as its head, one copy of its method, URI and header map per request (about 0.3 µs,
+//! `bench/PERF_NOTES.md`; the extensions are left out: hyper's HTTP/2 client reads only the
+//! extended-CONNECT protocol, which mvproxy never sends); a request with a body is never copied, because hyper has consumed the body
 //! by the time the server refuses it, and keeping every body for a rare refusal would cost
 //! memory on every write, so its refusal reaches the client (`503`). A request that hyper hands
 //! back unsent, because its connection closed before hyper took it (Go's
-//! `errClientConnUnusable`), goes to another connection whatever its body.
+//! `errClientConnUnusable`), goes to another connection whatever its body; that spends no
+//! replay when the connection came from the pool (a pooled connection may close at any time,
+//! and leaves the pool when it does), and is the one replay when it was opened for the request.
 
 use std::pin::Pin;
 use std::sync::Arc;
