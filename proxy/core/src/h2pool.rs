@@ -336,7 +336,6 @@ impl HttpBody for UpstreamBody {
 #[cfg(test)]
 mod tests {
     use std::sync::Mutex;
-    use std::sync::atomic::AtomicUsize;
     use std::time::Duration;
 
     use http::{HeaderMap, Method, StatusCode};
