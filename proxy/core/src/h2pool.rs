@@ -684,8 +684,21 @@ mod tests {
         let up = upstream(&server);
         // the first connection goes away under the GET, the second refuses it: the second
         // failure reaches the client, and no third connection is opened
-        fails(&up, "/api/v1/pods", "refused stream").await;
+        let err = up
+            .get("/api/v1/pods", "application/json", 1024)
+            .await
+            .expect_err("the error surfaces");
         assert_eq!(streams(&server), [vec![1], vec![1]]);
+        // the Status a refusal got before there was a replay
+        let resp = err.to_response();
+        assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(resp.headers()[http::header::RETRY_AFTER], "1");
+        let status: serde_json::Value = serde_json::from_slice(resp.body()).unwrap();
+        assert_eq!(status["reason"], "ServiceUnavailable");
+        assert_eq!(
+            status["message"],
+            "up could not be reached: http2 error: stream error received: refused stream before processing any application logic"
+        );
         server.task.abort();
     }
 
