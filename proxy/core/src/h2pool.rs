@@ -16,32 +16,36 @@
 //! then remembers it and the caller's HTTP/1.1 client is used from then on.
 //!
 //! A server that stops taking requests on a connection says which ones it did not process,
-//! and those may go elsewhere whatever their method (RFC 9113 §8.7): a `GOAWAY` names the
-//! last stream it processed or might still process, so every stream above it was not (§6.8;
+//! and those may go elsewhere whatever their method (RFC 9113 §8.7): a `GOAWAY` names the last
+//! stream it processed or might still process, so every stream above it was not (§6.8;
 //! kube-apiserver sends one when it shuts down or restarts during an upgrade), and a
-//! `RST_STREAM` with `REFUSED_STREAM` says its stream was not. Go's HTTP/2 transport sends
-//! such a request again on another connection (golang.org/x/net `http2/transport.go`:
+//! `RST_STREAM` with `REFUSED_STREAM` says its stream was not. Go's HTTP/2 transport sends such
+//! a request again on another connection (golang.org/x/net `http2/transport.go`:
 //! `(*Transport).RoundTripOpt`'s retry loop, `canRetryError`, `shouldRetryRequest`, and
 //! `(*ClientConn).setGoAway`, which fails the streams above the last stream ID with
-//! `errClientConnGotGoAway`), and so does this pool ([`H2Pool::send`]). h2 reports the two
-//! cases as a `GOAWAY` error and a `REFUSED_STREAM` reset on the stream, both marked as
-//! received from the server (h2 0.4 `src/proto/streams/streams.rs`, `recv_go_away`, fails the
-//! streams above the last stream ID with the `GOAWAY`; a stream opened after it gets the same
-//! error); a stream the `GOAWAY` covers and that then ends unanswered gets the connection's
-//! I/O error instead (the server may have processed it), and any other reset is the server's
-//! answer: neither is sent again. The connection is taken out of the pool (its other streams
-//! run to their end) and the request goes to another one, a new one unless another has room,
-//! which the connection's other refused requests then share rather than each dialing its own.
-//! A request is sent again at most once (Go tries up to seven times with a backoff; a second
-//! refusal reaches the client as a `503`, and client-go retries that), and only when its body
-//! can be sent again: a request without a body, the common case (get, list, watch), is kept
-//! as its head, one copy of its method, URI and header map per request (about 0.3 µs,
-//! `bench/PERF_NOTES.md`; the extensions are left out: hyper's HTTP/2 client reads only the
-//! extended-CONNECT protocol, which mvproxy never sends); a request with a body is never copied, because hyper has consumed the body
-//! by the time the server refuses it, and keeping every body for a rare refusal would cost
-//! memory on every write, so its refusal reaches the client (`503`). A request that hyper hands
-//! back unsent, because its connection closed before hyper took it (Go's
-//! `errClientConnUnusable`), goes to another connection whatever its body; that spends no
+//! `errClientConnGotGoAway`), and so does this pool ([`H2Pool::send`]).
+//!
+//! h2 reports the two cases as a `GOAWAY` error and a `REFUSED_STREAM` reset on the stream,
+//! both marked as received from the server (h2 0.4 `src/proto/streams/streams.rs`:
+//! `recv_go_away` fails the streams above the last stream ID with the `GOAWAY`, and a stream
+//! opened after it gets the same error). A stream the `GOAWAY` covers and that then ends
+//! unanswered gets the connection's I/O error instead (the server may have processed it), and
+//! any other reset is the server's answer: neither is sent again.
+//!
+//! The connection is taken out of the pool (its other streams run to their end) and the request
+//! goes to another one: a new one unless another has room, which the connection's other refused
+//! requests then share rather than each dialing its own. A request is sent again at most once
+//! (Go tries up to seven times with a backoff; a second refusal reaches the client as a `503`,
+//! which client-go retries), and only when its body can be sent again. A request without a
+//! body, the common case (get, list, watch), is kept as its head: one copy of its method, URI
+//! and header map per request, about 0.3 µs (`bench/PERF_NOTES.md`); the extensions are left
+//! out, as hyper's HTTP/2 client reads only the extended-CONNECT protocol, which mvproxy never
+//! sends. A request with a body is never copied: hyper has consumed the body by the time the
+//! server refuses it, and keeping every body for a rare refusal would cost memory on every
+//! write, so its refusal reaches the client (`503`).
+//!
+//! A request that hyper hands back unsent, because its connection closed before hyper took it
+//! (Go's `errClientConnUnusable`), goes to another connection whatever its body. That spends no
 //! replay when the connection came from the pool (a pooled connection may close at any time,
 //! and leaves the pool when it does), and is the one replay when it was opened for the request.
 
