@@ -35,8 +35,8 @@
 //! The connection is taken out of the pool (its other streams run to their end) and the request
 //! goes to another one: a new one unless another has room, which the connection's other refused
 //! requests then share rather than each dialing its own. A request is sent again at most once
-//! (Go tries up to seven times with a backoff; a second refusal reaches the client as a `503`,
-//! which client-go retries), and only when its body can be sent again. A request without a
+//! (Go tries up to seven times with a backoff; a second refusal reaches the client as a `503`
+//! with `Retry-After: 1`, and the client decides), and only when its body can be sent again. A request without a
 //! body, the common case (get, list, watch), is kept as its head: one copy of its method, URI
 //! and header map per request, about 0.3 µs (`bench/PERF_NOTES.md`); the extensions are left
 //! out, as hyper's HTTP/2 client reads only the extended-CONNECT protocol, which mvproxy never
