@@ -9,7 +9,10 @@
 //! unchanged. Failures before a response arrives become a [`ProxyError`] naming the upstream
 //! and the cause; there is no retry (one hop, as upstream), but for the replay of a body-less
 //! `GET`, `HEAD`, `OPTIONS` or `TRACE` whose reused HTTP/1.1 connection its upstream closed
-//! before answering, as Go's `Transport` does (`h1pool.rs`).
+//! before answering, and of a body-less request the upstream did not process on HTTP/2 (a
+//! `GOAWAY` above its stream, `REFUSED_STREAM`), once each, as Go's transports do
+//! (`h1pool.rs`, `h2pool.rs`). A replay that fails too is answered as the first failure
+//! would have been (a transport failure, `503`).
 
 use std::error::Error as StdError;
 use std::future::Future;
@@ -427,7 +430,7 @@ impl Upstream {
             && let Some(stream) = h2.checkout(&self.base).await?
         {
             *req.uri_mut() = self.absolute(req.uri())?;
-            return Ok(stream.send(req).await?);
+            return h2.send(&self.base, stream, req).await;
         }
         if !req.headers().contains_key(header::HOST) {
             req.headers_mut().insert(header::HOST, self.host.clone());
@@ -449,6 +452,12 @@ impl Upstream {
             Some(h2) => h2.connections().await,
             None => 0,
         }
+    }
+
+    /// The HTTP/2 pool (for tests).
+    #[cfg(test)]
+    pub(crate) fn h2_pool(&self) -> Option<&Arc<H2Pool>> {
+        self.h2.as_ref()
     }
 
     /// `origin` (a path and query) against this upstream's scheme and authority (HTTP/2).
