@@ -15,10 +15,11 @@
 //!   error flag, the start time), and callers build attributes and events only when
 //!   [`RequestSpan::is_recording`].
 //!
-//! An ended span is handed to the export queue ([`crate::export`]) as it is: the SDK's span
-//! objects, its processor pipeline and its conversion to the generated protobuf types cost
-//! about 10 µs of CPU per request at every request sampled, where this costs a lock, a few
-//! allocations, and an encoding straight from the record on the export thread.
+//! An ended span is handed to the export queue ([`crate::export`]) as it is. With every
+//! request sampled, the SDK's span objects, its processor pipeline and its conversion to the
+//! generated protobuf types cost about 12 µs of CPU per request over no export; this record, a
+//! lock, and an encoding straight from it on the export thread cost about 5 µs
+//! (`bench/PERF_NOTES.md`, sixth round).
 
 use std::borrow::Cow;
 use std::sync::{Mutex, OnceLock, PoisonError};
