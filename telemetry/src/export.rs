@@ -1,14 +1,14 @@
 //! The span queue, and the thread that exports it over OTLP (HTTP/protobuf or gRPC).
 //!
-//! The request thread hands an ended span over with one short lock ([`Exporter::push`]) and
+//! The request thread hands an ended span over with one short lock (`Exporter::push`) and
 //! never waits: when the queue holds `OTEL_BSP_MAX_QUEUE_SIZE` spans, the span is dropped and
 //! counted, and the export thread logs the count. The export thread wakes when a batch is full
-//! or the schedule delay has passed, encodes the batch ([`crate::otlp`]) and posts it on one
+//! or the schedule delay has passed, encodes the batch (`otlp.rs`) and posts it on one
 //! kept-alive connection, driven by its own single-threaded Tokio runtime (so export works
 //! whichever runtime the proxy runs, and never competes with it for a worker). This follows
-//! the SDK's batch span processor (`OTEL_BSP_*`, <https://opentelemetry.io/docs/specs/otel/
-//! configuration/sdk-environment-variables/#batch-span-processor>), and linkerd2-proxy's
-//! exporter, which also sends its own span records rather than the SDK's
+//! the SDK's batch span processor (`OTEL_BSP_*`,
+//! <https://opentelemetry.io/docs/specs/otel/configuration/sdk-environment-variables/>), and
+//! linkerd2-proxy's exporter, which also sends its own span records rather than the SDK's
 //! (<https://github.com/linkerd/linkerd2-proxy>, `linkerd/opentelemetry/src/lib.rs`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
