@@ -108,11 +108,17 @@ impl RequestSpan {
             return Self::none();
         };
         let parent = propagation::extract(headers);
-        let psc = parent.span().span_context().clone();
-        let trace_id = if psc.is_valid() {
-            psc.trace_id()
-        } else {
-            RandomIdGenerator::default().new_trace_id()
+        // The trace, flags and span id the parent gives (a new trace without a valid one).
+        let (trace_id, flags, from) = {
+            let span = parent.span();
+            let psc = span.span_context();
+            if psc.is_valid() {
+                let from = (psc.span_id().to_bytes(), psc.is_remote());
+                (psc.trace_id(), psc.trace_flags(), Some(from))
+            } else {
+                let id = RandomIdGenerator::default().new_trace_id();
+                (id, TraceFlags::default(), None)
+            }
         };
         // No sampler that `OTEL_TRACES_SAMPLER` names reads the span's name: it is formatted
         // only for a span that records.
@@ -125,11 +131,6 @@ impl RequestSpan {
             &[],
         );
         let sampled = result.decision == SamplingDecision::RecordAndSample;
-        let flags = if psc.is_valid() {
-            psc.trace_flags()
-        } else {
-            TraceFlags::default()
-        };
         let sc = SpanContext::new(
             trace_id,
             RandomIdGenerator::default().new_span_id(),
@@ -138,9 +139,6 @@ impl RequestSpan {
             result.trace_state,
         );
         let state = if sampled {
-            let from = psc
-                .is_valid()
-                .then(|| (psc.span_id().to_bytes(), psc.is_remote()));
             Self::recording(sc, parent, from, name(), SpanKind::Server)
         } else {
             State::Unsampled { sc, parent }
