@@ -190,10 +190,9 @@ async fn one_trace_across_the_peer_hop_over_http_protobuf() {
     one_trace_across_the_peer_hop(false).await;
 }
 
-/// Spans still queued in the batch processor when SIGTERM comes go out before the process
-/// exits, on the current-thread runtime mvproxy picks on one CPU (`TOKIO_WORKER_THREADS=1`
-/// picks it on any machine): the flush waits for the exporter, and the gRPC exporter's
-/// connection is a task of that runtime, which must keep running meanwhile.
+/// Spans still in the export queue when SIGTERM comes go out before the process exits, on the
+/// current-thread runtime mvproxy picks on one CPU (`TOKIO_WORKER_THREADS=1` picks it on any
+/// machine): the flush at exit waits for the export thread.
 async fn spans_queued_at_sigterm_are_exported_on_one_thread(grpc: bool) {
     let receiver = if grpc {
         Receiver::grpc().await

@@ -17,7 +17,7 @@
 //!
 //! An ended span is handed to the export queue ([`crate::export`]) as it is. With every
 //! request sampled, the SDK's span objects, its processor pipeline and its conversion to the
-//! generated protobuf types cost about 12 µs of CPU per request over no export; this record, a
+//! generated protobuf types cost about 11 µs of CPU per request over no export; this record, a
 //! lock, and an encoding straight from it on the export thread cost about 5 µs
 //! (`bench/PERF_NOTES.md`, sixth round).
 

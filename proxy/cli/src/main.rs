@@ -125,7 +125,6 @@ fn run(
         }
     };
     runtime.block_on(async {
-        // Inside the runtime: the gRPC exporter needs it.
         let telemetry = match mvproxy_telemetry::init(&telemetry) {
             Ok(guard) => guard,
             Err(e) => {
@@ -135,10 +134,10 @@ fn run(
         };
         tracing::debug!(runtime = ?flavor, parallelism, "runtime started");
         let code = work.await;
-        // Last, so spans of the drained requests are flushed. Flushing blocks until the batch
-        // thread has exported, and the gRPC exporter's connection is a task of this runtime: on
-        // the current-thread runtime that task only runs while this thread polls, so the flush
-        // runs on a blocking-pool thread while this one keeps driving the runtime.
+        // Last, so spans of the drained requests are flushed. Flushing blocks until the export
+        // thread has sent them (up to `OTEL_BSP_EXPORT_TIMEOUT`), so it runs on a blocking-pool
+        // thread while this one keeps driving the runtime: on the current-thread runtime
+        // nothing else would.
         if let Err(e) = tokio::task::spawn_blocking(move || drop(telemetry)).await {
             eprintln!("mvproxy: flushing spans: {e}");
         }
