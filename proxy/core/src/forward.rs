@@ -753,24 +753,7 @@ mod tests {
     }
 
     fn upstream_for(server: &TlsServer) -> Upstream {
-        let mut roots = rustls::RootCertStore::empty();
-        roots.add(server.ca.clone()).unwrap();
-        let tls = rustls::ClientConfig::builder()
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-        let settings = ClientSettings {
-            tls: Some(tls),
-            server_name: None,
-            connect_timeout: Duration::from_secs(5),
-            insecure_skip_verify: false,
-        };
-        Upstream::new(
-            "up".into(),
-            server.url.clone(),
-            &settings,
-            Duration::from_secs(10),
-        )
-        .unwrap()
+        crate::testkit::tls_upstream(&server.url, server.ca.clone())
     }
 
     /// `n` watches, one after the other, all left open.

@@ -345,8 +345,8 @@ fn is_replayable(req: &Request<Body>) -> bool {
     ) && req.body().is_end_stream()
 }
 
-/// The method, URI, version and headers of `req`, to send it again.
-fn head_of(req: &Request<Body>) -> Request<()> {
+/// The method, URI, version and headers of `req`, to send it again (on HTTP/2 too).
+pub(crate) fn head_of(req: &Request<Body>) -> Request<()> {
     let mut head = Request::new(());
     head.method_mut().clone_from(req.method());
     head.uri_mut().clone_from(req.uri());

@@ -64,7 +64,7 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 use tower_service::Service;
 
 use crate::forward::{Body, BoxError, Connector, empty};
-use crate::h1pool::Lease;
+use crate::h1pool::{Lease, head_of};
 
 /// Requests in flight on one upstream connection before another is opened.
 pub(crate) const MAX_STREAMS: usize = 100;
@@ -247,16 +247,6 @@ fn refused_unprocessed(e: &hyper::Error) -> bool {
     h2.is_remote() && (h2.is_go_away() || h2.reason() == Some(h2::Reason::REFUSED_STREAM))
 }
 
-/// The method, URI, version and headers of `req`, to send it again.
-fn head_of(req: &Request<Body>) -> Request<()> {
-    let mut head = Request::new(());
-    head.method_mut().clone_from(req.method());
-    head.uri_mut().clone_from(req.uri());
-    *head.version_mut() = req.version();
-    head.headers_mut().clone_from(req.headers());
-    head
-}
-
 /// An upstream response body. Over HTTP/2 it holds its stream's place until dropped; over
 /// HTTP/1.1 it holds its connection and drives it as the body is read ([`crate::h1pool`]).
 pub struct UpstreamBody {
@@ -340,7 +330,6 @@ impl HttpBody for UpstreamBody {
 #[cfg(test)]
 mod tests {
     use std::sync::Mutex;
-    use std::time::Duration;
 
     use http::{HeaderMap, Method, StatusCode};
     use tokio::io::{AsyncReadExt, AsyncWriteExt, WriteHalf};
@@ -349,7 +338,7 @@ mod tests {
 
     use super::*;
     use crate::error::{ProxyError, TransportFailure};
-    use crate::forward::{ClientSettings, Upstream, full};
+    use crate::forward::{Upstream, full};
 
     // Frame types, flags and error codes of RFC 9113 (§6, §7).
     const DATA: u8 = 0x0;
@@ -558,25 +547,7 @@ mod tests {
     }
 
     fn upstream(server: &Server) -> Upstream {
-        let mut roots = rustls::RootCertStore::empty();
-        roots.add(server.ca.clone()).unwrap();
-        let settings = ClientSettings {
-            tls: Some(
-                rustls::ClientConfig::builder()
-                    .with_root_certificates(roots)
-                    .with_no_client_auth(),
-            ),
-            server_name: None,
-            connect_timeout: Duration::from_secs(5),
-            insecure_skip_verify: false,
-        };
-        Upstream::new(
-            "up".into(),
-            server.url.clone(),
-            &settings,
-            Duration::from_secs(10),
-        )
-        .unwrap()
+        crate::testkit::tls_upstream(&server.url, server.ca.clone())
     }
 
     async fn ok(up: &Upstream, path: &str) {

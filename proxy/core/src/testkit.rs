@@ -206,3 +206,22 @@ pub(crate) fn tls_acceptor(
     config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
     (tokio_rustls::TlsAcceptor::from(Arc::new(config)), ca)
 }
+
+/// An upstream at `url` (`https://localhost:…`) that trusts only `ca`, as from [`tls_acceptor`].
+pub(crate) fn tls_upstream(
+    url: &http::Uri,
+    ca: rustls::pki_types::CertificateDer<'static>,
+) -> Upstream {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(ca).unwrap();
+    let tls = rustls::ClientConfig::builder()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let settings = ClientSettings {
+        tls: Some(tls),
+        server_name: None,
+        connect_timeout: Duration::from_secs(5),
+        insecure_skip_verify: false,
+    };
+    Upstream::new("up".into(), url.clone(), &settings, Duration::from_secs(10)).unwrap()
+}
