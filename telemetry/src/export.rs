@@ -97,7 +97,6 @@ struct Shared {
     max_batch: usize,
 }
 
-#[derive(Default)]
 struct Queue {
     spans: Vec<SpanRecord>,
     stop: bool,
@@ -223,7 +222,7 @@ impl Worker {
             };
             for batch in spans.chunks(self.shared.max_batch) {
                 otlp::request(&self.resource, batch, &mut self.buf);
-                if let Err(e) = self.client.export(Bytes::copy_from_slice(&self.buf)) {
+                if let Err(e) = self.client.export(&self.buf) {
                     tracing::warn!(error = %e, spans = batch.len(), "span export failed; spans dropped");
                 }
             }
@@ -261,28 +260,33 @@ enum Conn {
 const GRPC_PATH: &str = "/opentelemetry.proto.collector.trace.v1.TraceService/Export";
 
 impl Client {
-    fn export(&mut self, message: Bytes) -> Result<(), ExportError> {
+    fn export(&mut self, message: &[u8]) -> Result<(), ExportError> {
         let timeout = self.target.timeout;
+        let body = if self.target.grpc {
+            grpc_frame(message)
+        } else {
+            Bytes::copy_from_slice(message)
+        };
         let rt = &self.rt;
         let (target, conn) = (&self.target, &mut self.conn);
         rt.block_on(async {
-            tokio::time::timeout(timeout, send(target, conn, message))
+            tokio::time::timeout(timeout, send(target, conn, body))
                 .await
                 .unwrap_or(Err(ExportError::Timeout(timeout)))
         })
     }
 }
 
-/// Posts `message`, on the kept connection if it is still open; a kept connection that turns
+/// Posts `body`, on the kept connection if it is still open; a kept connection that turns
 /// out closed before the request went out is replaced once.
-async fn send(target: &Target, conn: &mut Option<Conn>, message: Bytes) -> Result<(), ExportError> {
+async fn send(target: &Target, conn: &mut Option<Conn>, body: Bytes) -> Result<(), ExportError> {
     let mut retried = false;
     loop {
         let (mut c, reused) = match conn.take() {
             Some(c) if !c.is_closed() => (c, true),
             _ => (connect(target).await?, false),
         };
-        match c.send(target, message.clone()).await {
+        match c.send(target, body.clone()).await {
             Ok(resp) => {
                 let checked = check(target, resp).await;
                 *conn = Some(c);
@@ -334,16 +338,16 @@ impl Conn {
     async fn send(
         &mut self,
         target: &Target,
-        message: Bytes,
+        body: Bytes,
     ) -> Result<Response<Incoming>, hyper::Error> {
         match self {
             Self::H1(s) => {
                 s.ready().await?;
-                s.send_request(http_request(target, message)).await
+                s.send_request(http_request(target, body)).await
             }
             Self::H2(s) => {
                 s.ready().await?;
-                s.send_request(grpc_request(target, &message)).await
+                s.send_request(grpc_request(target, body)).await
             }
         }
     }
@@ -372,8 +376,8 @@ fn http_request(target: &Target, message: Bytes) -> Request<Full<Bytes>> {
     req
 }
 
-/// A gRPC unary call: the message behind its 5-byte prefix (not compressed, its length).
-fn grpc_request(target: &Target, message: &[u8]) -> Request<Full<Bytes>> {
+/// A gRPC message: behind its 5-byte prefix (not compressed, its length).
+fn grpc_frame(message: &[u8]) -> Bytes {
     let mut framed = Vec::with_capacity(5 + message.len());
     framed.push(0);
     framed.extend_from_slice(
@@ -382,7 +386,12 @@ fn grpc_request(target: &Target, message: &[u8]) -> Request<Full<Bytes>> {
             .to_be_bytes(),
     );
     framed.extend_from_slice(message);
-    let mut req = Request::new(Full::new(Bytes::from(framed)));
+    Bytes::from(framed)
+}
+
+/// A gRPC unary call of `TraceService.Export` carrying `framed` (from [`grpc_frame`]).
+fn grpc_request(target: &Target, framed: Bytes) -> Request<Full<Bytes>> {
+    let mut req = Request::new(Full::new(framed));
     *req.method_mut() = http::Method::POST;
     let base = target.endpoint.path().trim_end_matches('/');
     let mut parts = target.endpoint.clone().into_parts();

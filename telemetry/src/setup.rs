@@ -122,8 +122,8 @@ impl Settings {
                     grpc,
                     endpoint_var,
                     headers: headers(&get)?,
-                    timeout: millis(&get, "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", None)?
-                        .or(millis(&get, "OTEL_EXPORTER_OTLP_TIMEOUT", None)?)
+                    timeout: millis(&get, "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT")?
+                        .or(millis(&get, "OTEL_EXPORTER_OTLP_TIMEOUT")?)
                         .unwrap_or(Duration::from_secs(10)),
                 })
             },
@@ -167,10 +167,9 @@ fn checked(var: &'static str, url: String) -> Result<String, TelemetryError> {
 fn millis(
     get: &impl Fn(&str) -> Option<String>,
     var: &'static str,
-    default: Option<Duration>,
 ) -> Result<Option<Duration>, TelemetryError> {
     match get(var) {
-        None => Ok(default),
+        None => Ok(None),
         Some(v) => match v.trim().parse::<u64>() {
             Ok(ms) => Ok(Some(Duration::from_millis(ms))),
             Err(_) => Err(err(var, format!("{v:?} is not a number of milliseconds"))),
@@ -188,7 +187,7 @@ fn batching(get: &impl Fn(&str) -> Option<String>) -> Result<Batching, Telemetry
             _ => Err(err(var, format!("{v:?} is not a positive number"))),
         },
     };
-    let time = |var, default| millis(get, var, Some(default)).map(|t| t.unwrap_or(default));
+    let time = |var, default| millis(get, var).map(|t| t.unwrap_or(default));
     Ok(Batching {
         schedule_delay: time("OTEL_BSP_SCHEDULE_DELAY", d.schedule_delay)?,
         max_queue: count("OTEL_BSP_MAX_QUEUE_SIZE", d.max_queue)?,

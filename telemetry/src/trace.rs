@@ -22,7 +22,7 @@
 //! (`bench/PERF_NOTES.md`, sixth round).
 
 use std::borrow::Cow;
-use std::sync::{Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::SystemTime;
 
 use http::HeaderMap;
@@ -42,14 +42,14 @@ use crate::propagation;
 /// The sampler and the export queue, once an exporter is configured.
 struct Pipeline {
     sampler: Sampler,
-    exporter: std::sync::Arc<Exporter>,
+    exporter: Arc<Exporter>,
 }
 
 static PIPELINE: OnceLock<Pipeline> = OnceLock::new();
 
 /// Makes `sampler` decide and `exporter` receive the request spans (once per process: the
 /// first one wins, as for the process-wide `tracing` subscriber).
-pub(crate) fn install(sampler: Sampler, exporter: std::sync::Arc<Exporter>) {
+pub(crate) fn install(sampler: Sampler, exporter: Arc<Exporter>) {
     let _ = PIPELINE.set(Pipeline { sampler, exporter });
 }
 
