@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, OnceLock};
 
-use mvproxy::discovery::ServerName;
+use mvproxy::plumbing::ServerName;
 use mvproxy::discovery::snapshot::{ServerState, ServerView, Snapshot};
 use mvproxy::discovery::types::ApiGroupDiscoveryList;
 

@@ -6,7 +6,7 @@
 use std::time::{Duration, SystemTime};
 
 use libfuzzer_sys::fuzz_target;
-use mvproxy::discovery::ServerName;
+use mvproxy::plumbing::ServerName;
 use mvproxy::peers::{peers_from_leases, peers_from_slices};
 
 fuzz_target!(|data: &[u8]| {

@@ -6,7 +6,9 @@
 //!
 //! Plain HTTP is for loopback only (config validation refuses anything else); over TLS
 //! (`--admin-tls-cert-file`) every request is authenticated and authorized by the local API
-//! server, as a control-plane component's are ([`crate::delegated`]).
+//! server, as a control-plane component's are ([`crate::admin::auth`]).
+
+pub(crate) mod auth;
 
 use std::sync::Arc;
 
@@ -25,9 +27,9 @@ use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
-use crate::delegated::{Delegated, User, cert_user};
+use crate::admin::auth::{Delegated, User, cert_user};
 use crate::discovery::{Cache, ServerState};
-use crate::readiness::Readiness;
+use crate::skew::Readiness;
 
 /// What the admin endpoints read.
 #[derive(Clone)]
@@ -186,7 +188,7 @@ async fn debug_discovery(State(admin): State<Admin>) -> Response {
 }
 
 /// Per client, the GVRs of the skew it used: those that break after the upgrade, those that
-/// break on a rollback (see `crate::readiness`).
+/// break on a rollback (see `crate::skew`).
 async fn debug_clients(State(admin): State<Admin>) -> Response {
     axum::Json(admin.readiness.report(&admin.cache.load())).into_response()
 }

@@ -18,20 +18,21 @@ use tokio::task::JoinHandle;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
+use crate::admin::auth::{Delegated, Settings as DelegatedSettings};
 use crate::admin::{self, Admin};
 use crate::config::{AdminSecurity, ClusterPeers, Config, Identity, Listeners, PeerReader, Peers};
-use crate::delegated::{Delegated, Settings as DelegatedSettings};
 use crate::discovery::Cache;
 use crate::discovery::refresh::{PeerSpec, RefreshSettings, UpstreamFactory};
-use crate::forward::{ClientSettings, Upstream, port_of};
 use crate::identity::Authenticator;
 use crate::kubeconfig::KubeConfig;
 use crate::peers::KubeSource;
-use crate::readiness::Readiness;
+use crate::plumbing::port_of;
 use crate::server::{self, App};
+use crate::skew::Readiness;
 use crate::spans;
 use crate::tls::reload::Reloader;
 use crate::tls::{self, TlsError};
+use crate::upstream::{ClientSettings, Upstream};
 
 /// Why mvproxy could not start.
 #[derive(Debug, thiserror::Error)]
@@ -51,7 +52,7 @@ pub enum StartError {
         /// The upstream's URL.
         name: String,
         /// Why.
-        source: crate::forward::UpstreamError,
+        source: crate::upstream::UpstreamError,
     },
 }
 

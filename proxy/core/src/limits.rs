@@ -60,7 +60,7 @@ use tokio_rustls::TlsAcceptor;
 
 use crate::classify::RequestInfo;
 use crate::error::ProxyError;
-use crate::forward::{Body, full};
+use crate::plumbing::{Body, full};
 
 /// kube-apiserver's `MaxHeaderBytes` (`1 << 20`).
 pub const DEFAULT_MAX_REQUEST_HEADER_BYTES: usize = 1 << 20;
@@ -406,10 +406,10 @@ pub struct ClientBodyFailed {
 impl<B> HttpBody for LimitedBody<B>
 where
     B: HttpBody<Data = Bytes> + Send + Unpin + 'static,
-    B::Error: Into<crate::forward::BoxError>,
+    B::Error: Into<crate::plumbing::BoxError>,
 {
     type Data = Bytes;
-    type Error = crate::forward::BoxError;
+    type Error = crate::plumbing::BoxError;
 
     fn poll_frame(
         self: Pin<&mut Self>,
@@ -440,8 +440,8 @@ where
                 Poll::Ready(Some(Ok(frame)))
             }
             Poll::Ready(Some(Err(e))) => {
-                let e: crate::forward::BoxError = e.into();
-                let cause = crate::forward::causes(&*e);
+                let e: crate::plumbing::BoxError = e.into();
+                let cause = crate::plumbing::causes(&*e);
                 let _ = this.failed.set(BodyFailure::Read(cause.clone()));
                 Poll::Ready(Some(Err(Box::new(ClientBodyFailed { cause }))))
             }
@@ -553,15 +553,15 @@ mod tests {
 
     fn upstream_timeout() -> Result<(), ProxyError> {
         Err(ProxyError::Timeout {
-            upstream: crate::discovery::ServerName::from("apiserver-a"),
+            upstream: crate::plumbing::ServerName::from("apiserver-a"),
             seconds: 60,
         })
     }
 
     fn limited_post(
-        body: Channel<Bytes, crate::forward::BoxError>,
+        body: Channel<Bytes, crate::plumbing::BoxError>,
     ) -> (
-        LimitedBody<Channel<Bytes, crate::forward::BoxError>>,
+        LimitedBody<Channel<Bytes, crate::plumbing::BoxError>>,
         BodyLimit,
     ) {
         let info = crate::classify::classify(

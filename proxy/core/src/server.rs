@@ -29,14 +29,16 @@ use tokio_util::sync::CancellationToken;
 use crate::classify::{DiscoveryPath, RequestInfo, classify};
 use crate::discovery::negotiate::{DiscoveryFormat, negotiate};
 use crate::discovery::types::CONTENT_TYPE_V2;
-use crate::discovery::{Cache, ServerName, Snapshot};
+use crate::discovery::{Cache, Snapshot};
 use crate::error::ProxyError;
-use crate::forward::{Body, BoxError, Upstream, full};
 use crate::identity::{Authenticator, ClientIdentity};
 use crate::limits::{self, LimitedBody, Limits};
-use crate::readiness::Readiness;
+use crate::plumbing::ServerName;
+use crate::plumbing::{Body, BoxError, full};
 use crate::route::{LocalReason, MergedFormat, Route, decide};
+use crate::skew::Readiness;
 use crate::spans;
+use crate::upstream::Upstream;
 use crate::watch_end::{Framing, WatchBody};
 
 /// A client's request body as [`handle`] takes it: hyper's [`Incoming`](hyper::body::Incoming) on the listener.

@@ -14,13 +14,14 @@ use crate::discovery::refresh::{PeerSpec, RefreshError, RefreshSettings, Upstrea
 use crate::discovery::types::{
     ApiGroupDiscovery, ApiResourceDiscovery, ApiVersionDiscovery, ObjectMeta,
 };
-use crate::discovery::{Cache, ServerName, ServerView};
+use crate::discovery::{Cache, ServerView};
 use crate::error::{ProxyError, TransportFailure};
-use crate::forward::{ClientSettings, Upstream};
 use crate::identity::{Authenticator, HeaderNames};
 use crate::limits::Limits;
-use crate::readiness::Readiness;
+use crate::plumbing::ServerName;
 use crate::server::App;
+use crate::skew::Readiness;
+use crate::upstream::{ClientSettings, Upstream};
 
 /// A view serving `gvrs` given as "group/version/resource" ("" group for core).
 pub(crate) fn view(gvrs: &[(&str, &str, &str)]) -> Arc<ServerView> {

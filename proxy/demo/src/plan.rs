@@ -18,7 +18,7 @@ use serde::Serialize;
 
 use super::catalog::{self, Release};
 use mvproxy::classify::Gvr;
-use mvproxy::readiness::side::{self, Side, Surface};
+use mvproxy::discovery::side::{self, Side, Surface};
 
 /// Number of control-plane nodes.
 pub(crate) const NODES: usize = 3;

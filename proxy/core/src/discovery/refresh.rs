@@ -21,10 +21,10 @@ use mvproxy_telemetry::metrics::{Metrics, PeerLabels, RerouteLabels, ServerLabel
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use super::ServerName;
 use super::fetch::{FetchError, fetch};
 use super::snapshot::{GroupVersion, ServerState, ServerView, Snapshot};
-use crate::forward::{Upstream, UpstreamError};
+use crate::plumbing::ServerName;
+use crate::upstream::{Upstream, UpstreamError};
 
 /// How long a group-version that stopped being local-only stays excluded (upstream's default).
 pub const EXCLUSION_GRACE: Duration = Duration::from_secs(5 * 60);
@@ -743,7 +743,7 @@ mod tests {
 
     #[test]
     fn a_failed_version_read_keeps_the_release_of_an_unchanged_surface() {
-        use crate::readiness::side::{Release, ServerVersion};
+        use crate::discovery::side::{Release, ServerVersion};
         let cache = cache(peers(), Arc::new(Instant::now));
         let v131 = ServerVersion::from_json(br#"{"gitVersion":"v1.31.0"}"#);
         let old = || Arc::try_unwrap(view(&[("", "v1", "pods")])).unwrap();

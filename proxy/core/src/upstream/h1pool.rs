@@ -9,7 +9,7 @@
 //!
 //! Here a connection has no task. Whoever holds it polls it: the request's own future while
 //! it waits for the response head, then the response body ([`Lease`], inside
-//! [`crate::h2pool::UpstreamBody`]) while the client reads it. Once the body has been read to
+//! [`crate::upstream::h2pool::UpstreamBody`]) while the client reads it. Once the body has been read to
 //! its end the connection goes back to the pool, idle. One task per pool watches the idle
 //! connections: each is polled once with that task's waker when it comes back, so the
 //! upstream closing it (an EOF) wakes the watcher, which drops it at once and frees its
@@ -62,7 +62,9 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tower_service::Service;
 
-use crate::forward::{Body, BoxError, Connector, empty};
+use crate::plumbing::{Body, BoxError, empty};
+
+use crate::upstream::Connector;
 
 /// How long an unused connection is kept.
 pub(crate) const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
@@ -455,7 +457,7 @@ mod tests {
     use tokio::net::TcpListener;
 
     use super::*;
-    use crate::forward::{ClientSettings, Upstream};
+    use crate::upstream::{ClientSettings, Upstream};
 
     /// A plain HTTP/1.1 upstream on loopback that counts connections opened and closed by the
     /// client and records each request line. `/close` is answered and then the connection
@@ -753,7 +755,7 @@ mod tests {
         ok(&up, "/then-drop").await;
         assert_eq!(up.http1_idle_connections(), 1);
 
-        let mut req = Request::new(crate::forward::full(r#"{"kind":"ConfigMap"}"#));
+        let mut req = Request::new(crate::plumbing::full(r#"{"kind":"ConfigMap"}"#));
         *req.method_mut() = Method::POST;
         *req.uri_mut() = Uri::from_static("/api/v1/namespaces/default/configmaps");
         let result = up.request(req).await.map(|r| r.status());
@@ -838,7 +840,7 @@ mod tests {
         for m in [Method::GET, Method::HEAD, Method::OPTIONS, Method::TRACE] {
             assert!(is_replayable(&req(m.clone(), empty())), "{m}");
             assert!(
-                !is_replayable(&req(m.clone(), crate::forward::full("x"))),
+                !is_replayable(&req(m.clone(), crate::plumbing::full("x"))),
                 "{m} with a body"
             );
         }

@@ -32,7 +32,8 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
 use crate::error::status_body;
-use crate::forward::{Upstream, full};
+use crate::plumbing::full;
+use crate::upstream::Upstream;
 
 /// Entries kept in each decision cache; when full, expired ones are dropped, then all.
 const CACHE_ENTRIES: usize = 4096;

@@ -15,7 +15,6 @@
 
 pub mod agent;
 pub mod clients;
-pub mod side;
 
 use std::sync::Arc;
 use std::time::SystemTime;

@@ -14,6 +14,9 @@
 //! (`h1pool.rs`, `h2pool.rs`). A replay that fails too is answered as the first failure
 //! would have been (a transport failure, `503`).
 
+pub(crate) mod h1pool;
+pub(crate) mod h2pool;
+
 use std::error::Error as StdError;
 use std::future::Future;
 use std::pin::Pin;
@@ -25,41 +28,20 @@ use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::uri::PathAndQuery;
 use http::{Request, Response, StatusCode, Uri};
-use http_body_util::combinators::BoxBody;
-use http_body_util::{BodyExt, Empty, Full, Limited};
+use http_body_util::{BodyExt, Limited};
 use hyper_rustls::{FixedServerNameResolver, HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::connect::dns::{GaiAddrs, GaiResolver, Name};
 use hyper_util::rt::TokioIo;
 
-use crate::discovery::ServerName;
 use crate::error::{ProxyError, TransportFailure};
-use crate::h1pool::H1Pool;
-use crate::h2pool::{H2Pool, UpstreamBody};
 use crate::limits::{BodyTooLarge, ClientBodyFailed};
-use crate::route::PEER_PROXIED;
+use crate::plumbing::{Body, BoxError, ServerName, causes, empty, port_of_scheme};
+use h1pool::H1Pool;
+use h2pool::{H2Pool, UpstreamBody};
 
-/// Boxed error of a streamed body.
-pub type BoxError = Box<dyn StdError + Send + Sync>;
-/// The body type on both sides of the proxy.
-pub type Body = BoxBody<Bytes, BoxError>;
-
-/// The port of an upstream URL, or its scheme's default.
-pub fn port_of(url: &Uri) -> u16 {
-    url.port_u16().unwrap_or_else(|| port_of_scheme(url))
-}
-
-/// A body holding `bytes`.
-pub fn full(bytes: impl Into<Bytes>) -> Body {
-    Full::new(bytes.into())
-        .map_err(|never| match never {})
-        .boxed()
-}
-
-/// An empty body.
-pub fn empty() -> Body {
-    Empty::new().map_err(|never| match never {}).boxed()
-}
+/// The loop-guard header upstream sets on the peer hop.
+pub const PEER_PROXIED: &str = "x-kubernetes-peer-proxied";
 
 /// The connector of every upstream client.
 pub(crate) type Connector = HttpsConnector<HttpConnector<Resolver>>;
@@ -167,8 +149,8 @@ pub struct ClientSettings {
 }
 
 /// One upstream: its name, its base URL and pooled connections: HTTP/2 when an `https`
-/// upstream offers it (`crate::h2pool`), HTTP/1.1 otherwise and for upgrades
-/// (`crate::h1pool`, connections driven by the request that uses them).
+/// upstream offers it (`crate::upstream::h2pool`), HTTP/1.1 otherwise and for upgrades
+/// (`crate::upstream::h1pool`, connections driven by the request that uses them).
 #[derive(Clone)]
 pub struct Upstream {
     /// The server's name (label values, error messages).
@@ -485,14 +467,6 @@ fn host_header(base: &Uri) -> Result<HeaderValue, UpstreamError> {
     })
 }
 
-fn port_of_scheme(url: &Uri) -> u16 {
-    if url.scheme_str() == Some("https") {
-        443
-    } else {
-        80
-    }
-}
-
 /// Splices the client's and the upstream's upgraded connections together.
 async fn tunnel(client: hyper::upgrade::OnUpgrade, upstream: hyper::upgrade::OnUpgrade) {
     let (client, upstream) = match tokio::try_join!(client, upstream) {
@@ -568,23 +542,10 @@ fn is_hop_by_hop(name: &HeaderName) -> bool {
         || name.as_str() == "proxy-connection"
 }
 
-/// An error and its sources in words, deduplicated ("tcp connect error: Connection refused").
-pub fn causes(e: &(dyn StdError + 'static)) -> String {
-    let mut parts: Vec<String> = Vec::new();
-    let mut cur: Option<&(dyn StdError + 'static)> = Some(e);
-    while let Some(err) = cur {
-        let s = err.to_string();
-        if !parts.iter().any(|p| p.contains(&s)) {
-            parts.push(s);
-        }
-        cur = err.source();
-    }
-    parts.join(": ")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plumbing::full;
     use hyper_util::rt::TokioExecutor;
 
     /// An error with a source, as hyper-util's client and connector errors wrap their causes.
@@ -774,7 +735,7 @@ mod tests {
         use std::sync::atomic::Ordering;
         let server = tls_server(&[b"h2", b"http/1.1"]).await;
         let up = upstream_for(&server);
-        let n = crate::h2pool::MAX_STREAMS + 50;
+        let n = crate::upstream::h2pool::MAX_STREAMS + 50;
         let watches = tokio::time::timeout(Duration::from_secs(30), async {
             let mut handles = Vec::new();
             for _ in 0..n {
@@ -796,7 +757,7 @@ mod tests {
             server.connections.load(Ordering::SeqCst),
             2,
             "{n} watches on {} streams per connection",
-            crate::h2pool::MAX_STREAMS
+            crate::upstream::h2pool::MAX_STREAMS
         );
         assert_eq!(up.http2_connections().await, 2);
         assert!(

@@ -63,8 +63,10 @@ use hyper_util::client::legacy::connect::Connection;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use tower_service::Service;
 
-use crate::forward::{Body, BoxError, Connector, empty};
-use crate::h1pool::{Lease, head_of};
+use crate::plumbing::{Body, BoxError, empty};
+
+use crate::upstream::Connector;
+use crate::upstream::h1pool::{Lease, head_of};
 
 /// Requests in flight on one upstream connection before another is opened.
 pub(crate) const MAX_STREAMS: usize = 100;
@@ -248,7 +250,7 @@ fn refused_unprocessed(e: &hyper::Error) -> bool {
 }
 
 /// An upstream response body. Over HTTP/2 it holds its stream's place until dropped; over
-/// HTTP/1.1 it holds its connection and drives it as the body is read ([`crate::h1pool`]).
+/// HTTP/1.1 it holds its connection and drives it as the body is read ([`crate::upstream::h1pool`]).
 pub struct UpstreamBody {
     inner: Incoming,
     held: Held,
@@ -338,7 +340,8 @@ mod tests {
 
     use super::*;
     use crate::error::{ProxyError, TransportFailure};
-    use crate::forward::{Upstream, full};
+    use crate::plumbing::full;
+    use crate::upstream::Upstream;
 
     // Frame types, flags and error codes of RFC 9113 (§6, §7).
     const DATA: u8 = 0x0;

@@ -16,8 +16,8 @@ use mvproxy_telemetry::metrics::OTHER_CLIENT;
 use serde::Serialize;
 
 use super::agent::Agent;
-use super::side::Side;
 use crate::classify::Gvr;
+use crate::discovery::side::Side;
 
 /// Default of `--max-tracked-clients`.
 pub const DEFAULT_MAX_CLIENTS: usize = 100;
