@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use mvproxy::config::{ConfigError, EXIT_CONFIG, LogFormat, ServeArgs};
+use mvproxy_core::config::{ConfigError, EXIT_CONFIG, LogFormat, ServeArgs};
 use mvproxy_demo::DemoArgs;
 
 /// A version-aware proxy for Kubernetes API servers during mixed-version upgrades.
@@ -39,21 +39,21 @@ fn main() -> ExitCode {
                 Err(e) => return config_error(&e),
             };
             run(config.log_format == LogFormat::Json, None, async move {
-                let sockets = match mvproxy::app::Sockets::bind(&config.listeners).await {
+                let sockets = match mvproxy_core::app::Sockets::bind(&config.listeners).await {
                     Ok(s) => s,
                     Err(e) => {
                         eprintln!("mvproxy: {e}");
                         return ExitCode::FAILURE;
                     }
                 };
-                let running = match mvproxy::app::start(&config, sockets).await {
+                let running = match mvproxy_core::app::start(&config, sockets).await {
                     Ok(r) => r,
                     Err(e) => {
                         eprintln!("mvproxy: {e}");
                         return ExitCode::FAILURE;
                     }
                 };
-                mvproxy::app::shutdown_signal().await;
+                mvproxy_core::app::shutdown_signal().await;
                 tracing::info!("shutting down: draining in-flight requests");
                 running.shutdown().await;
                 ExitCode::SUCCESS

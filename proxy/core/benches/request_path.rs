@@ -1,7 +1,7 @@
 //! Cost of the per-request work before any I/O: classifying the path, and the routing
 //! decision over a snapshot built from real discovery documents (1.34-dev local, 1.31-dev
 //! peer), for a locally served GVR, a peer-only one and one nobody serves; and the readiness
-//! record of a request (`mvproxy::skew`): nothing for a GVR every server serves, the
+//! record of a request (`mvproxy_core::skew`): nothing for a GVR every server serves, the
 //! `User-Agent` parsed and the client counted for one in the skew.
 
 use std::collections::BTreeSet;
@@ -10,11 +10,11 @@ use std::sync::Arc;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use http::{HeaderMap, Method};
-use mvproxy::classify::classify;
-use mvproxy::discovery::side::ServerVersion;
-use mvproxy::discovery::{ServerState, Snapshot};
-use mvproxy::route::decide;
-use mvproxy::skew::Readiness;
+use mvproxy_core::classify::classify;
+use mvproxy_core::discovery::side::ServerVersion;
+use mvproxy_core::discovery::{ServerState, Snapshot};
+use mvproxy_core::route::decide;
+use mvproxy_core::skew::Readiness;
 use mvproxy_telemetry::metrics::Metrics;
 use prometheus_client::registry::Registry;
 

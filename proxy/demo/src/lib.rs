@@ -3,7 +3,7 @@
 //! Why it exists: the question an operator brings to mvproxy is "what will my clients see
 //! while I upgrade?", and the answer should not need a cluster. So the demo runs the whole
 //! story in one process on loopback sockets: three stand-in API servers on Kubernetes 1.31's
-//! API surface, a real mvproxy in front of each (started by [`mvproxy::app::start`], so the
+//! API surface, a real mvproxy in front of each (started by [`mvproxy_core::app::start`], so the
 //! request path, metrics and traces are production's), a client workload spread over the
 //! three proxies as a load balancer would, and then each node in turn drained, stopped and
 //! restarted on 1.34's surface. It ends with a report of what the clients met, checked
@@ -39,7 +39,7 @@ use clap::{Args, ValueEnum};
 use tokio_util::sync::CancellationToken;
 
 use catalog::Release;
-use mvproxy::config::ConfigError;
+use mvproxy_core::config::ConfigError;
 use plan::{SegmentKind, Surfaces, node_name};
 use report::{Inputs, NodeInfo};
 use stack::Stack;
@@ -99,7 +99,7 @@ pub(crate) enum DemoError {
     #[error("starting {node}: {source}")]
     Start {
         node: String,
-        source: mvproxy::app::StartError,
+        source: mvproxy_core::app::StartError,
     },
     #[error("starting {node}: stand-in API server on {addr}: {source}")]
     StandIn {
@@ -368,7 +368,7 @@ async fn keep_running(stack: &Stack, interrupt: &CancellationToken) {
 
 /// Cancels `interrupt` on Ctrl-C or SIGTERM.
 async fn watch_signals(interrupt: CancellationToken) {
-    mvproxy::app::shutdown_signal().await;
+    mvproxy_core::app::shutdown_signal().await;
     interrupt.cancel();
 }
 

@@ -19,9 +19,9 @@ use super::DemoError;
 use super::catalog::{self, Release};
 use super::plan::{ClusterState, NODES, NodeState, Surfaces, node_name};
 use super::workload::{NAMESPACE, SEEDED, api_version, seeded_name};
-use mvproxy::app;
-use mvproxy::classify::Gvr;
-use mvproxy::config::{Listeners, ServeArgs};
+use mvproxy_core::app;
+use mvproxy_core::classify::Gvr;
+use mvproxy_core::config::{Listeners, ServeArgs};
 use mvproxy_standin::{self as standin, StandIn};
 
 /// Longest wait for every proxy to see a change.
