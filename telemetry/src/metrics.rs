@@ -260,34 +260,34 @@ pub struct Metrics {
     /// Requests for a GVR not every server serves, by client and side of the skew.
     pub skew_requests: Family<SkewLabels, Counter>,
     /// Handles of the series every request touches.
-    hot: Hot,
+    handles: HandleCache,
 }
 
 /// Handles of the series every request records, resolved once per label set: a request
 /// then counts with an atomic add, where the family would hash its label set (SipHash over
 /// its strings) under the family's lock, four times per request. The families involved never
 /// remove a series, so a handle never goes stale. Series with a peer label are not cached
-/// (their label sets are not a closed set); nor is any label set past [`HOT_MAX`].
+/// (their label sets are not a closed set); nor is any label set past [`HANDLE_CACHE_MAX`].
 #[derive(Debug, Default)]
-struct Hot {
+struct HandleCache {
     /// `mvproxy_requests_total` without a peer, by route, reason, method and code.
-    requests: std::sync::RwLock<HashMap<HotKey, Counter, BuildHasherDefault<KeyHasher>>>,
+    requests: std::sync::RwLock<HashMap<HandleKey, Counter, BuildHasherDefault<KeyHasher>>>,
     /// `mvproxy_request_duration_seconds` without a peer, by route.
     durations: std::sync::RwLock<
-        HashMap<HotKey, HistogramWithExemplars<TraceLabels>, BuildHasherDefault<KeyHasher>>,
+        HashMap<HandleKey, HistogramWithExemplars<TraceLabels>, BuildHasherDefault<KeyHasher>>,
     >,
     /// `mvproxy_discovery_cache_lookups_total` and `..._lookup_duration_seconds`: hit, miss.
     lookups: std::sync::OnceLock<[(Counter, Histogram); 2]>,
 }
 
-/// Label sets cached in [`Hot`] per family; more go to the family each time.
-const HOT_MAX: usize = 1024;
+/// Label sets cached in [`HandleCache`] per family; more go to the family each time.
+const HANDLE_CACHE_MAX: usize = 1024;
 
 /// The addresses of `&'static str` label values and the code. Two constants of equal text
 /// may have different addresses: then one label set has two entries, both for its series.
-type HotKey = (usize, usize, usize, u16);
+type HandleKey = (usize, usize, usize, u16);
 
-fn key(route: &'static str, reason: &'static str, method: &'static str, code: u16) -> HotKey {
+fn key(route: &'static str, reason: &'static str, method: &'static str, code: u16) -> HandleKey {
     (
         route.as_ptr() as usize,
         reason.as_ptr() as usize,
@@ -327,9 +327,9 @@ impl KeyHasher {
 }
 
 /// The cached handle for `key`, or the family's (cached while there is room).
-fn hot<M: Clone>(
-    cache: &std::sync::RwLock<HashMap<HotKey, M, BuildHasherDefault<KeyHasher>>>,
-    key: HotKey,
+fn cached<M: Clone>(
+    cache: &std::sync::RwLock<HashMap<HandleKey, M, BuildHasherDefault<KeyHasher>>>,
+    key: HandleKey,
     resolve: impl FnOnce() -> M,
 ) -> M {
     let read = cache
@@ -338,7 +338,7 @@ fn hot<M: Clone>(
     if let Some(m) = read.get(&key) {
         return m.clone();
     }
-    let full = read.len() >= HOT_MAX;
+    let full = read.len() >= HANDLE_CACHE_MAX;
     drop(read);
     let m = resolve();
     if !full {
@@ -369,7 +369,7 @@ impl Metrics {
             peer_up: Family::default(),
             discovery_resources: Family::default(),
             skew_requests: Family::default(),
-            hot: Hot::default(),
+            handles: HandleCache::default(),
         };
         let r = registry.sub_registry_with_prefix("mvproxy");
         r.register(
@@ -490,9 +490,11 @@ impl Metrics {
             self.requests.get_or_create(&labels()).inc();
             return;
         }
-        hot(&self.hot.requests, key(route, reason, method, code), || {
-            self.requests.get_or_create(&labels()).clone()
-        })
+        cached(
+            &self.handles.requests,
+            key(route, reason, method, code),
+            || self.requests.get_or_create(&labels()).clone(),
+        )
         .inc();
     }
 
@@ -515,7 +517,7 @@ impl Metrics {
                 .observe(seconds, exemplar, None);
             return;
         }
-        hot(&self.hot.durations, key(route, "", "", 0), || {
+        cached(&self.handles.durations, key(route, "", "", 0), || {
             self.request_duration.get_or_create(&labels()).clone()
         })
         .observe(seconds, exemplar, None);
@@ -523,7 +525,7 @@ impl Metrics {
 
     /// Counts a routing-index lookup (`hit` or not) and observes how long it took.
     pub fn observe_lookup(&self, hit: bool, seconds: f64) {
-        let lookups = self.hot.lookups.get_or_init(|| {
+        let lookups = self.handles.lookups.get_or_init(|| {
             [values::HIT, values::MISS].map(|result| {
                 let labels = ResultLabels { result };
                 (

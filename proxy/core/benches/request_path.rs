@@ -14,7 +14,7 @@ use mvproxy_core::classify::classify;
 use mvproxy_core::discovery::side::ServerVersion;
 use mvproxy_core::discovery::{ServerState, Snapshot};
 use mvproxy_core::route::decide;
-use mvproxy_core::skew::Readiness;
+use mvproxy_core::skew::SkewClients;
 use mvproxy_telemetry::metrics::Metrics;
 use prometheus_client::registry::Registry;
 
@@ -90,7 +90,7 @@ fn bench(c: &mut Criterion) {
         });
     }
     let mut registry = Registry::default();
-    let readiness = Readiness::new(
+    let skew_clients = SkewClients::new(
         100,
         Arc::new(Metrics::register(&mut registry)),
         http::header::HeaderName::from_static("x-remote-user"),
@@ -106,7 +106,7 @@ fn bench(c: &mut Criterion) {
         let info = classify(&Method::GET, path, None);
         let route = decide(&info, &Method::GET, &headers, &snap, |_| 0);
         c.bench_function(&format!("readiness/{name}"), |b| {
-            b.iter(|| readiness.observe(black_box(&snap), black_box(&info), &route, &kcm))
+            b.iter(|| skew_clients.observe(black_box(&snap), black_box(&info), &route, &kcm))
         });
     }
 }

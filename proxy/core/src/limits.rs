@@ -35,7 +35,7 @@
 //! one request, bounded by [`MAX_REFUSING`] refusals at once and [`REFUSE_TIMEOUT`] each;
 //! beyond that a connection is closed at once. A connection that completes no TLS handshake
 //! within [`crate::tls::accept::HANDSHAKE_TIMEOUT`], sends nothing within
-//! [`HEADER_READ_TIMEOUT`] ([`FirstBytes`]: hyper's protocol detection would wait forever), or
+//! [`HEADER_READ_TIMEOUT`] ([`FirstBytesDeadline`]: hyper's protocol detection would wait forever), or
 //! (HTTP/1.1) no complete request head within it is closed, so silent sockets cannot hold the
 //! slots. An idle HTTP/2 connection is kept: clients (kubelets) hold one for hours.
 
@@ -213,7 +213,7 @@ where
             async move { Ok::<_, Infallible>(resp) }
         })
     };
-    let io = TokioIo::new(FirstBytes::new(io, HEADER_READ_TIMEOUT));
+    let io = TokioIo::new(FirstBytesDeadline::new(io, HEADER_READ_TIMEOUT));
     let conn = builder.serve_connection(io, service);
     tokio::pin!(conn);
     tokio::select! {
@@ -244,14 +244,14 @@ const PREFACE_BYTES: usize = 24;
 /// A connection that fails its reads once `timeout` passes before its first
 /// `PREFACE_BYTES` arrive. hyper's automatic protocol detection reads them with no time
 /// limit, and its HTTP/1.1 header timeout only starts after it; this closes the gap.
-pub struct FirstBytes<I> {
+pub struct FirstBytesDeadline<I> {
     inner: I,
     read: usize,
     timeout: Duration,
     deadline: Option<Pin<Box<tokio::time::Sleep>>>,
 }
 
-impl<I> FirstBytes<I> {
+impl<I> FirstBytesDeadline<I> {
     /// `inner`, whose first bytes must arrive within `timeout` (counted from the first read).
     pub fn new(inner: I, timeout: Duration) -> Self {
         Self {
@@ -263,7 +263,7 @@ impl<I> FirstBytes<I> {
     }
 }
 
-impl<I: AsyncRead + Unpin> AsyncRead for FirstBytes<I> {
+impl<I: AsyncRead + Unpin> AsyncRead for FirstBytesDeadline<I> {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -296,7 +296,7 @@ impl<I: AsyncRead + Unpin> AsyncRead for FirstBytes<I> {
     }
 }
 
-impl<I: AsyncWrite + Unpin> AsyncWrite for FirstBytes<I> {
+impl<I: AsyncWrite + Unpin> AsyncWrite for FirstBytesDeadline<I> {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -633,7 +633,7 @@ mod tests {
 
         // nothing arrives: the read fails once the timeout passes
         let (client, server) = tokio::io::duplex(1024);
-        let mut silent = FirstBytes::new(server, timeout);
+        let mut silent = FirstBytesDeadline::new(server, timeout);
         let mut buf = [0u8; 64];
         let e = tokio::time::timeout(bound, silent.read(&mut buf))
             .await
@@ -644,7 +644,7 @@ mod tests {
 
         // a few bytes are not enough to tell the protocol: still bounded
         let (mut client, server) = tokio::io::duplex(1024);
-        let mut slow = FirstBytes::new(server, timeout);
+        let mut slow = FirstBytesDeadline::new(server, timeout);
         client.write_all(b"GET").await.unwrap();
         assert_eq!(slow.read(&mut buf).await.unwrap(), 3);
         let e = tokio::time::timeout(bound, slow.read(&mut buf))
@@ -656,7 +656,7 @@ mod tests {
         // once the first bytes are in, silence is the protocol's business (a watch, an idle
         // HTTP/2 connection): reads wait, and end normally at EOF
         let (mut client, server) = tokio::io::duplex(1024);
-        let mut talking = FirstBytes::new(server, timeout);
+        let mut talking = FirstBytesDeadline::new(server, timeout);
         client
             .write_all(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
             .await

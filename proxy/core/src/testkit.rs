@@ -20,7 +20,7 @@ use crate::identity::{Authenticator, HeaderNames};
 use crate::limits::Limits;
 use crate::plumbing::ServerName;
 use crate::server::App;
-use crate::skew::Readiness;
+use crate::skew::SkewClients;
 use crate::upstream::{ClientSettings, Upstream};
 
 /// A view serving `gvrs` given as "group/version/resource" ("" group for core).
@@ -136,7 +136,7 @@ impl Harness {
                 })
                 .collect(),
         );
-        let readiness = Arc::new(Readiness::new(
+        let skew_clients = Arc::new(SkewClients::new(
             100,
             metrics.clone(),
             HeaderName::from_static("x-remote-user"),
@@ -151,7 +151,7 @@ impl Harness {
             cache,
             metrics,
             limits,
-            readiness,
+            skew_clients,
         });
         Self {
             app,
@@ -175,8 +175,8 @@ impl Harness {
         crate::admin::Admin {
             cache: self.app.cache.clone(),
             registry: self.registry.clone(),
-            readiness: self.app.readiness.clone(),
-            delegated: None,
+            skew_clients: self.app.skew_clients.clone(),
+            auth: None,
         }
     }
 

@@ -424,8 +424,8 @@ impl Upstream {
                 .await?
                 .map(UpstreamBody::from));
         }
-        let (resp, lease) = self.h1.send(&self.base, req).await?;
-        Ok(resp.map(|body| UpstreamBody::leased(body, lease)))
+        let (resp, conn) = self.h1.send(&self.base, req).await?;
+        Ok(resp.map(|body| UpstreamBody::with_h1_conn(body, conn)))
     }
 
     /// Open HTTP/2 connections to this upstream (0 for HTTP/1.1 upstreams).

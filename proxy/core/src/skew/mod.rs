@@ -31,7 +31,7 @@ use clients::Clients;
 
 /// The readiness recorder shared by the request path and the admin listener.
 #[derive(Debug)]
-pub struct Readiness {
+pub struct SkewClients {
     clients: Clients,
     metrics: Arc<Metrics>,
     /// The front-proxy user header (`--requestheader-username-headers`), read after identity
@@ -39,7 +39,7 @@ pub struct Readiness {
     user_header: HeaderName,
 }
 
-impl Readiness {
+impl SkewClients {
     /// A recorder naming at most `max_clients` clients.
     pub fn new(max_clients: usize, metrics: Arc<Metrics>, user_header: HeaderName) -> Self {
         Self {

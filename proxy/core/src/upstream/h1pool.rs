@@ -8,7 +8,7 @@
 //! than the HTTP/1.1 parsing itself (bench/PERF_NOTES.md).
 //!
 //! Here a connection has no task. Whoever holds it polls it: the request's own future while
-//! it waits for the response head, then the response body ([`Lease`], inside
+//! it waits for the response head, then the response body ([`CheckedOutConn`], inside
 //! [`crate::upstream::h2pool::UpstreamBody`]) while the client reads it. Once the body has been read to
 //! its end the connection goes back to the pool, idle. One task per pool watches the idle
 //! connections: each is polled once with that task's waker when it comes back, so the
@@ -29,7 +29,7 @@
 //! (golang/go `src/net/http/transport.go`, `(*persistConn).shouldRetryRequest`, and
 //! `src/net/http/request.go`, `(*Request).isReplayable`): the connection was reused (a fresh
 //! one has no reason to be closed under a request, and the upstream may be refusing it), not
-//! one byte of a response arrived on it (counted after TLS by [`Heard`], so a TLS
+//! one byte of a response arrived on it (counted after TLS by [`ReadFlaggingIo`], so a TLS
 //! `close_notify` is no answer), the failure is the connection's and not hyper's refusal of
 //! the request, and the request is replayable: `GET`, `HEAD`, `OPTIONS` or `TRACE` with an
 //! empty body. A `POST`, `PUT`, `PATCH` or `DELETE`, or anything with a body, is never sent
@@ -71,12 +71,12 @@ pub(crate) const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 /// Idle connections kept per upstream; more are closed when their exchange ends.
 pub(crate) const MAX_IDLE: usize = 1024;
 
-type Io = TokioIo<Heard>;
+type Io = TokioIo<ReadFlaggingIo>;
 type Conn = http1::Connection<Io, Body>;
 
 /// An upstream connection's stream (after TLS) that notes whether it read anything: whether
 /// a response began to arrive (see the module doc). One flag per connection, set on a read.
-struct Heard {
+struct ReadFlaggingIo {
     io: TokioIo<MaybeHttpsStream<TokioIo<TcpStream>>>,
     heard: Arc<AtomicBool>,
 }
@@ -115,7 +115,7 @@ struct Driven {
 
 /// A connection in use by a response body, which polls it as the client reads; back to the
 /// pool when dropped after the body's end.
-pub(crate) struct Lease {
+pub(crate) struct CheckedOutConn {
     conn: Option<Box<Driven>>,
     pool: Weak<H1Pool>,
     /// The exchange ended cleanly: the connection can serve another request.
@@ -153,7 +153,7 @@ impl H1Pool {
         self: &Arc<Self>,
         base: &Uri,
         mut req: Request<Body>,
-    ) -> Result<(Response<Incoming>, Lease), BoxError> {
+    ) -> Result<(Response<Incoming>, CheckedOutConn), BoxError> {
         let replayable = is_replayable(&req);
         // What a replay is rebuilt from: copied only for a replayable request on a reused
         // connection.
@@ -196,12 +196,12 @@ impl H1Pool {
             .await;
             let mut e = match result {
                 Ok(resp) => {
-                    let lease = Lease {
+                    let conn = CheckedOutConn {
                         conn: Some(c),
                         pool: Arc::downgrade(self),
                         reusable: false,
                     };
-                    return Ok((resp, lease));
+                    return Ok((resp, conn));
                 }
                 Err(e) => e,
             };
@@ -252,7 +252,7 @@ impl H1Pool {
     async fn connect(&self, base: &Uri) -> Result<Box<Driven>, BoxError> {
         let io = self.connector.clone().call(base.clone()).await?;
         let heard = Arc::new(AtomicBool::new(false));
-        let io = TokioIo::new(Heard {
+        let io = TokioIo::new(ReadFlaggingIo {
             io: TokioIo::new(io),
             heard: heard.clone(),
         });
@@ -357,7 +357,7 @@ pub(crate) fn head_of(req: &Request<Body>) -> Request<()> {
     head
 }
 
-impl AsyncRead for Heard {
+impl AsyncRead for ReadFlaggingIo {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -373,7 +373,7 @@ impl AsyncRead for Heard {
     }
 }
 
-impl AsyncWrite for Heard {
+impl AsyncWrite for ReadFlaggingIo {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -421,7 +421,7 @@ impl Driven {
     }
 }
 
-impl Lease {
+impl CheckedOutConn {
     /// Lets the connection read more of the response.
     pub(crate) fn drive(&mut self, cx: &mut Context<'_>) {
         if let Some(c) = &mut self.conn {
@@ -435,7 +435,7 @@ impl Lease {
     }
 }
 
-impl Drop for Lease {
+impl Drop for CheckedOutConn {
     fn drop(&mut self) {
         if !self.reusable {
             return;

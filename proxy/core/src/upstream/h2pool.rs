@@ -66,7 +66,7 @@ use tower_service::Service;
 use crate::plumbing::{Body, BoxError, empty};
 
 use crate::upstream::Connector;
-use crate::upstream::h1pool::{Lease, head_of};
+use crate::upstream::h1pool::{CheckedOutConn, head_of};
 
 /// Requests in flight on one upstream connection before another is opened.
 pub(crate) const MAX_STREAMS: usize = 100;
@@ -259,7 +259,7 @@ pub struct UpstreamBody {
 enum Held {
     Nothing,
     Stream { _guard: StreamGuard },
-    Conn(Lease),
+    Conn(CheckedOutConn),
 }
 
 impl From<Incoming> for UpstreamBody {
@@ -273,20 +273,20 @@ impl From<Incoming> for UpstreamBody {
 
 impl UpstreamBody {
     /// A body read over a pooled HTTP/1.1 connection.
-    pub(crate) fn leased(inner: Incoming, lease: Lease) -> Self {
+    pub(crate) fn with_h1_conn(inner: Incoming, conn: CheckedOutConn) -> Self {
         let mut body = Self {
             inner,
-            held: Held::Conn(lease),
+            held: Held::Conn(conn),
         };
         body.check_end();
         body
     }
 
     fn check_end(&mut self) {
-        if let Held::Conn(lease) = &mut self.held
+        if let Held::Conn(conn) = &mut self.held
             && self.inner.is_end_stream()
         {
-            lease.finished();
+            conn.finished();
         }
     }
 }
@@ -302,16 +302,16 @@ impl HttpBody for UpstreamBody {
         let this = self.get_mut();
         let mut polled = Pin::new(&mut this.inner).poll_frame(cx);
         if polled.is_pending()
-            && let Held::Conn(lease) = &mut this.held
+            && let Held::Conn(conn) = &mut this.held
         {
             // Nobody else reads this connection: read it, then look again.
-            lease.drive(cx);
+            conn.drive(cx);
             polled = Pin::new(&mut this.inner).poll_frame(cx);
         }
         match &polled {
             Poll::Ready(None) => {
-                if let Held::Conn(lease) = &mut this.held {
-                    lease.finished();
+                if let Held::Conn(conn) = &mut this.held {
+                    conn.finished();
                 }
             }
             Poll::Ready(Some(Ok(_))) => this.check_end(),
