@@ -5,8 +5,7 @@
 //! registry is built here and passed around in an `Arc`, never global, so a test can run
 //! several proxies in one process. Label values that say *why* are `&'static str` constants.
 
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
+mod handles;
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -15,6 +14,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
+
+use handles::{HandleCache, cached, key};
 
 /// Every label value mvproxy writes that says *why* or *where*, in one place: the modules that
 /// count use these constants, and the dashboards and rules (deploy/, dashboards/) match them.
@@ -261,93 +262,6 @@ pub struct Metrics {
     pub skew_requests: Family<SkewLabels, Counter>,
     /// Handles of the series every request touches.
     handles: HandleCache,
-}
-
-/// Handles of the series every request records, resolved once per label set: a request
-/// then counts with an atomic add, where the family would hash its label set (SipHash over
-/// its strings) under the family's lock, four times per request. The families involved never
-/// remove a series, so a handle never goes stale. Series with a peer label are not cached
-/// (their label sets are not a closed set); nor is any label set past [`HANDLE_CACHE_MAX`].
-#[derive(Debug, Default)]
-struct HandleCache {
-    /// `mvproxy_requests_total` without a peer, by route, reason, method and code.
-    requests: std::sync::RwLock<HashMap<HandleKey, Counter, BuildHasherDefault<KeyHasher>>>,
-    /// `mvproxy_request_duration_seconds` without a peer, by route.
-    durations: std::sync::RwLock<
-        HashMap<HandleKey, HistogramWithExemplars<TraceLabels>, BuildHasherDefault<KeyHasher>>,
-    >,
-    /// `mvproxy_discovery_cache_lookups_total` and `..._lookup_duration_seconds`: hit, miss.
-    lookups: std::sync::OnceLock<[(Counter, Histogram); 2]>,
-}
-
-/// Label sets cached in [`HandleCache`] per family; more go to the family each time.
-const HANDLE_CACHE_MAX: usize = 1024;
-
-/// The addresses of `&'static str` label values and the code. Two constants of equal text
-/// may have different addresses: then one label set has two entries, both for its series.
-type HandleKey = (usize, usize, usize, u16);
-
-fn key(route: &'static str, reason: &'static str, method: &'static str, code: u16) -> HandleKey {
-    (
-        route.as_ptr() as usize,
-        reason.as_ptr() as usize,
-        method.as_ptr() as usize,
-        code,
-    )
-}
-
-/// A multiply-rotate hash (as rustc's FxHasher) for keys that are addresses and a code.
-#[derive(Default)]
-struct KeyHasher(u64);
-
-impl Hasher for KeyHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.add(u64::from(*b));
-        }
-    }
-
-    fn write_usize(&mut self, n: usize) {
-        self.add(n as u64);
-    }
-
-    fn write_u16(&mut self, n: u16) {
-        self.add(u64::from(n));
-    }
-
-    fn finish(&self) -> u64 {
-        self.0
-    }
-}
-
-impl KeyHasher {
-    fn add(&mut self, x: u64) {
-        self.0 = (self.0.rotate_left(5) ^ x).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-    }
-}
-
-/// The cached handle for `key`, or the family's (cached while there is room).
-fn cached<M: Clone>(
-    cache: &std::sync::RwLock<HashMap<HandleKey, M, BuildHasherDefault<KeyHasher>>>,
-    key: HandleKey,
-    resolve: impl FnOnce() -> M,
-) -> M {
-    let read = cache
-        .read()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    if let Some(m) = read.get(&key) {
-        return m.clone();
-    }
-    let full = read.len() >= HANDLE_CACHE_MAX;
-    drop(read);
-    let m = resolve();
-    if !full {
-        cache
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(key, m.clone());
-    }
-    m
 }
 
 impl Metrics {

@@ -1,50 +1,54 @@
-//! Sending a request to an upstream (the local API server or a peer) and streaming back its
-//! answer.
+//! The upstream client: sending a request to an upstream (the local API server or a peer) and
+//! streaming back its answer.
 //!
 //! Bodies stream both ways, frame by frame, so a watch reaches the client as each event
 //! arrives (hyper writes every frame as it comes, well inside upstream's 200 ms flush
 //! interval). HTTP/1.1 upgrades (exec, attach, port-forward) become a byte tunnel. Hop-by-hop
 //! headers are dropped as RFC 9110 §7.6.1 says; everything else, `Authorization` and
-//! `Impersonate-*` included, passes as sent (identity headers are [`crate::identity`]'s). The upstream's status, headers and body come back
-//! unchanged. Failures before a response arrives become a [`ProxyError`] naming the upstream
-//! and the cause; there is no retry (one hop, as upstream), but for the replay of a body-less
-//! `GET`, `HEAD`, `OPTIONS` or `TRACE` whose reused HTTP/1.1 connection its upstream closed
-//! before answering, and of a body-less request the upstream did not process on HTTP/2 (a
-//! `GOAWAY` above its stream, `REFUSED_STREAM`), once each, as Go's transports do
-//! (`h1pool.rs`, `h2pool.rs`). A replay that fails too is answered as the first failure
-//! would have been (a transport failure, `503`).
+//! `Impersonate-*` included, passes as sent (identity headers are [`crate::identity`]'s). The
+//! upstream's status, headers and body come back unchanged. Failures before a response arrives
+//! become a [`ProxyError`] naming the upstream and the cause; there is no retry (one hop, as
+//! upstream), but for the replay of a body-less `GET`, `HEAD`, `OPTIONS` or `TRACE` whose
+//! reused HTTP/1.1 connection its upstream closed before answering, and of a body-less request
+//! the upstream did not process on HTTP/2 (a `GOAWAY` above its stream, `REFUSED_STREAM`), once
+//! each, as Go's transports do. A replay that fails too is answered as the first failure would
+//! have been (a transport failure, `503`).
+//!
+//! Here: [`Upstream`] and its settings. Below it: `h1pool` and `h2pool` hold the connections
+//! (and do the replays), `resolve` looks names up, `hop` strips hop-by-hop headers and splices
+//! upgraded connections.
 
 pub(crate) mod h1pool;
 pub(crate) mod h2pool;
+mod hop;
+mod resolve;
 
 use std::error::Error as StdError;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::header::{self, HeaderMap, HeaderValue};
 use http::uri::PathAndQuery;
 use http::{Request, Response, StatusCode, Uri};
 use http_body_util::{BodyExt, Limited};
-use hyper_rustls::{FixedServerNameResolver, HttpsConnector, HttpsConnectorBuilder};
+use hyper_rustls::{FixedServerNameResolver, HttpsConnectorBuilder};
 use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::connect::dns::{GaiAddrs, GaiResolver, Name};
-use hyper_util::rt::TokioIo;
+use hyper_util::client::legacy::connect::dns::GaiResolver;
 
 use crate::error::{ProxyError, TransportFailure};
 use crate::limits::{BodyTooLarge, ClientBodyFailed};
 use crate::plumbing::{Body, BoxError, ServerName, causes, empty, port_of_scheme};
 use h1pool::H1Pool;
 use h2pool::{H2Pool, UpstreamBody};
+use hop::tunnel;
+pub use hop::{is_upgrade, strip_hop_by_hop};
+pub(crate) use resolve::Connector;
+pub use resolve::ResolveError;
+use resolve::Resolver;
 
 /// The loop-guard header upstream sets on the peer hop.
 pub const PEER_PROXIED: &str = "x-kubernetes-peer-proxied";
-
-/// The connector of every upstream client.
-pub(crate) type Connector = HttpsConnector<HttpConnector<Resolver>>;
 
 /// Why an [`Upstream`] could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -63,42 +67,6 @@ pub enum UpstreamError {
         /// The upstream's URL.
         url: String,
     },
-}
-
-/// A failed name lookup: the upstream's address, not the upstream, is what failed.
-/// [`Upstream`]'s errors are told apart by finding this type in their source chain.
-#[derive(Debug, thiserror::Error)]
-#[error("{source}")]
-pub struct ResolveError {
-    /// The host name looked up.
-    pub host: String,
-    source: std::io::Error,
-}
-
-/// The system resolver (`getaddrinfo`, as hyper-util's default), its failures typed as
-/// [`ResolveError`].
-#[derive(Clone)]
-pub(crate) struct Resolver(GaiResolver);
-
-type ResolveFuture = Pin<Box<dyn Future<Output = Result<GaiAddrs, ResolveError>> + Send>>;
-
-impl tower_service::Service<Name> for Resolver {
-    type Response = GaiAddrs;
-    type Error = ResolveError;
-    type Future = ResolveFuture;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), ResolveError>> {
-        self.0.poll_ready(cx).map_err(|source| ResolveError {
-            host: String::new(),
-            source,
-        })
-    }
-
-    fn call(&mut self, name: Name) -> ResolveFuture {
-        let host = name.as_str().to_owned();
-        let lookup = self.0.call(name);
-        Box::pin(async move { lookup.await.map_err(|source| ResolveError { host, source }) })
-    }
 }
 
 /// A failed request that was the client's fault, by the types in its source chain: its body
@@ -465,81 +433,6 @@ fn host_header(base: &Uri) -> Result<HeaderValue, UpstreamError> {
     HeaderValue::from_str(&value).map_err(|_| UpstreamError::Host {
         url: base.to_string(),
     })
-}
-
-/// Splices the client's and the upstream's upgraded connections together.
-async fn tunnel(client: hyper::upgrade::OnUpgrade, upstream: hyper::upgrade::OnUpgrade) {
-    let (client, upstream) = match tokio::try_join!(client, upstream) {
-        Ok(pair) => pair,
-        Err(e) => {
-            tracing::debug!(error = %e, "upgrade failed");
-            return;
-        }
-    };
-    let (mut a, mut b) = (TokioIo::new(client), TokioIo::new(upstream));
-    if let Err(e) = tokio::io::copy_bidirectional(&mut a, &mut b).await {
-        tracing::debug!(error = %e, "upgraded connection closed");
-    }
-}
-
-/// Whether the request asks for a protocol upgrade (`Connection: upgrade` with `Upgrade`).
-pub fn is_upgrade(headers: &HeaderMap) -> bool {
-    headers.contains_key(header::UPGRADE) && connection_tokens(headers).any(|t| t == "upgrade")
-}
-
-fn connection_tokens(headers: &HeaderMap) -> impl Iterator<Item = String> + '_ {
-    headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .map(|t| t.trim().to_ascii_lowercase())
-        .filter(|t| !t.is_empty())
-}
-
-/// Removes hop-by-hop headers (RFC 9110 §7.6.1): those named by `Connection` and the
-/// standard set. For an upgrade, `Connection: upgrade` and `Upgrade` must reach the upstream.
-pub fn strip_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) {
-    // Most messages have none of these: one pass over the names (no hashing) says so.
-    if !keep_upgrade && !headers.keys().any(is_hop_by_hop) {
-        return;
-    }
-    let named: Vec<String> = connection_tokens(headers).collect();
-    for name in named {
-        if keep_upgrade && name == "upgrade" {
-            continue;
-        }
-        if let Ok(h) = HeaderName::from_bytes(name.as_bytes()) {
-            headers.remove(h);
-        }
-    }
-    for h in [
-        header::TE,
-        header::TRAILER,
-        header::TRANSFER_ENCODING,
-        HeaderName::from_static("keep-alive"),
-        HeaderName::from_static("proxy-connection"),
-    ] {
-        headers.remove(h);
-    }
-    if keep_upgrade {
-        headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
-    } else {
-        headers.remove(header::CONNECTION);
-        headers.remove(header::UPGRADE);
-    }
-}
-
-/// Whether `name` is `Connection`, `Upgrade` or one of the standard hop-by-hop headers
-/// (any header `Connection` names needs `Connection` itself).
-fn is_hop_by_hop(name: &HeaderName) -> bool {
-    name == header::CONNECTION
-        || name == header::UPGRADE
-        || name == header::TE
-        || name == header::TRAILER
-        || name == header::TRANSFER_ENCODING
-        || name.as_str() == "keep-alive"
-        || name.as_str() == "proxy-connection"
 }
 
 #[cfg(test)]

@@ -1,6 +1,8 @@
 use super::*;
 use crate::plumbing::full;
+use http::header::HeaderName;
 use hyper_util::rt::TokioExecutor;
+use hyper_util::rt::TokioIo;
 
 /// An error with a source, as hyper-util's client and connector errors wrap their causes.
 #[derive(Debug, thiserror::Error)]
