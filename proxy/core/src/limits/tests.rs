@@ -1,4 +1,13 @@
+use std::pin::Pin;
+use std::task::Poll;
+
+use bytes::Bytes;
+use http::Request;
+use http_body::Body as HttpBody;
+use http_body_util::BodyExt;
+
 use super::*;
+use crate::error::ProxyError;
 use http_body_util::channel::Channel;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
