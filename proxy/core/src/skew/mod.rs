@@ -1,10 +1,10 @@
-//! Upgrade readiness from live traffic: which clients depend on the APIs the skew takes away.
+//! Clients of the skew, from live traffic: which clients depend on the APIs the skew takes away.
 //!
 //! An upgrade rehearsal exists to answer "what will break?". mvproxy sees every request and
 //! knows which server serves which GVR, so it can answer per client while the rehearsal runs:
 //! for each request whose GVR not every server serves, it records who sent it (from the
 //! `User-Agent`, [`agent`]) and which side of the skew serves the GVR (from each server's
-//! `/version`, [`side`]), in a bounded registry ([`clients`]) and in
+//! `/version`, [`crate::discovery::side`]), in a bounded registry ([`clients`]) and in
 //! `mvproxy_skew_requests_total`. `/debug/clients` on the admin listener shows, per client,
 //! the GVRs that break after the upgrade and those that break on a rollback.
 //!
