@@ -78,7 +78,7 @@ type Conn = http1::Connection<Io, Body>;
 /// a response began to arrive (see the module doc). One flag per connection, set on a read.
 struct ReadFlaggingIo {
     io: TokioIo<MaybeHttpsStream<TokioIo<TcpStream>>>,
-    heard: Arc<AtomicBool>,
+    has_read: Arc<AtomicBool>,
 }
 
 /// The HTTP/1.1 connections to one upstream.
@@ -110,7 +110,7 @@ struct Driven {
     /// `None` once the connection has closed.
     conn: Option<Conn>,
     /// Set by the stream when it reads bytes; cleared before a replayable request is written.
-    heard: Arc<AtomicBool>,
+    has_read: Arc<AtomicBool>,
 }
 
 /// A connection in use by a response body, which polls it as the client reads; back to the
@@ -182,7 +182,7 @@ impl H1Pool {
                 if head.is_none() {
                     head = Some(head_of(&req));
                 }
-                c.heard.store(false, Ordering::Relaxed);
+                c.has_read.store(false, Ordering::Relaxed);
             }
             let mut sent = pin!(c.send.try_send_request(req));
             let result = poll_fn(|cx| {
@@ -219,7 +219,7 @@ impl H1Pool {
             // answer: Go's `shouldRetryRequest` (see the module doc).
             if may_replay
                 && !e.is_user()
-                && !c.heard.load(Ordering::Relaxed)
+                && !c.has_read.load(Ordering::Relaxed)
                 && let Some(head) = head.take()
             {
                 tracing::debug!(error = %e, "reused upstream connection closed before answering; sending the request once more on a new one");
@@ -251,16 +251,16 @@ impl H1Pool {
 
     async fn connect(&self, base: &Uri) -> Result<Box<Driven>, BoxError> {
         let io = self.connector.clone().call(base.clone()).await?;
-        let heard = Arc::new(AtomicBool::new(false));
+        let has_read = Arc::new(AtomicBool::new(false));
         let io = TokioIo::new(ReadFlaggingIo {
             io: TokioIo::new(io),
-            heard: heard.clone(),
+            has_read: has_read.clone(),
         });
         let (send, conn) = http1::Builder::new().handshake(io).await?;
         Ok(Box::new(Driven {
             send,
             conn: Some(conn),
-            heard,
+            has_read,
         }))
     }
 
@@ -367,7 +367,7 @@ impl AsyncRead for ReadFlaggingIo {
         let before = buf.filled().len();
         let polled = Pin::new(&mut this.io).poll_read(cx, buf);
         if buf.filled().len() > before {
-            this.heard.store(true, Ordering::Relaxed);
+            this.has_read.store(true, Ordering::Relaxed);
         }
         polled
     }
