@@ -14,6 +14,7 @@ mod discovery;
 mod discovery_agreement;
 mod identity;
 mod limits;
+mod manifests;
 mod metrics;
 mod observability;
 mod peer_sources;
