@@ -19,6 +19,7 @@ mod metrics;
 mod observability;
 mod peer_sources;
 mod readiness;
+mod readme;
 mod real_discovery;
 mod routing;
 mod tls;
