@@ -1,4 +1,4 @@
-//! The Prometheus metric families of the README's telemetry contract ("Metrics"), and their exposition.
+//! The Prometheus metric families of the telemetry contract (docs/telemetry.md, "Metrics"), and their exposition.
 //!
 //! Names are public interface: dashboards, alert rules and upstream's own dashboards (the
 //! `apiserver_*` peer-proxy families, kept under the `mvproxy_` prefix) depend on them. The

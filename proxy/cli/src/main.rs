@@ -1,15 +1,22 @@
 //! The `mvproxy` command: parse, validate, start, run until SIGTERM or Ctrl-C.
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use mvproxy_core::config::{ConfigError, EXIT_CONFIG, LogFormat, ServeArgs};
 use mvproxy_demo::DemoArgs;
 
+/// `mvproxy --version`: the release and the commit it was built from (see build.rs).
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("MVPROXY_GIT_COMMIT"),
+    ")"
+);
+
 /// A version-aware proxy for Kubernetes API servers during mixed-version upgrades.
 #[derive(Parser)]
-#[command(name = "mvproxy", version)]
+#[command(name = "mvproxy", version = VERSION)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -22,12 +29,9 @@ enum Command {
     /// Rehearse a rolling upgrade of a 3-node control plane through mvproxy, on loopback, and
     /// report what clients met (exit 0 if the report reconciles with mvproxy's metrics).
     Demo(Box<DemoArgs>),
-    /// Validate a configuration file and exit (0 if valid, 2 if not).
-    CheckConfig {
-        /// The YAML file to check.
-        #[arg(long)]
-        config: PathBuf,
-    },
+    /// Validate a configuration (serve's flags, --config file and OTEL_* variables, read as
+    /// serve reads them, files named checked) and exit: 0 if valid, 2 if not. Nothing starts.
+    CheckConfig(Box<ServeArgs>),
 }
 
 fn main() -> ExitCode {
@@ -62,16 +66,22 @@ fn main() -> ExitCode {
         // The demo's own output is the progress line and the report: proxy logs only for
         // errors unless RUST_LOG asks for more. Traces go out as in production.
         Command::Demo(args) => run(false, Some("error"), mvproxy_demo::run(*args)),
-        Command::CheckConfig { config } => {
-            let args = ServeArgs {
-                config: Some(config.clone()),
-                ..ServeArgs::default()
-            };
-            match args.load() {
+        Command::CheckConfig(args) => {
+            // The `OTEL_*` variables serve would read, so a manifest's environment is checked too.
+            if let Err(e) =
+                mvproxy_telemetry::Settings::from_lookup(|k| std::env::var(k).ok(), false)
+            {
+                eprintln!("mvproxy: {e}");
+                return ExitCode::from(EXIT_CONFIG as u8);
+            }
+            let source = args
+                .config
+                .as_deref()
+                .map_or_else(|| "flags".to_owned(), |p| p.display().to_string());
+            match (*args).load() {
                 Ok(c) => {
                     println!(
-                        "{}: valid (local {}, {} peer(s), listen {}, admin {})",
-                        config.display(),
+                        "{source}: valid (local {}, {} peer(s), listen {}, admin {})",
                         c.local,
                         c.static_peers().len(),
                         c.listeners.proxy,

@@ -77,6 +77,10 @@ pub struct DemoArgs {
     /// config [default: free ports]
     #[arg(long, value_name = "PORT")]
     pub admin_port: Option<u16>,
+    /// Address the admin listeners bind (plain HTTP): 0.0.0.0 lets a Prometheus in a local
+    /// container reach them through the host gateway; a local rehearsal only
+    #[arg(long, value_name = "IP", default_value_t = std::net::Ipv4Addr::LOCALHOST)]
+    pub admin_ip: std::net::Ipv4Addr,
     /// Print the planned requests as JSON lines and exit without starting anything
     #[arg(long)]
     pub plan_only: bool,
@@ -172,7 +176,14 @@ pub async fn run(args: DemoArgs) -> ExitCode {
     announce(&args, &phases, &surfaces, &digest);
     let started = Instant::now();
     let first = phases[0].segments[0].state;
-    let mut stack = match Stack::start(&first, &surfaces, args.admin_port, &interrupt).await {
+    let mut stack = match Stack::start(
+        &first,
+        &surfaces,
+        (args.admin_ip, args.admin_port),
+        &interrupt,
+    )
+    .await
+    {
         Ok(s) => s,
         Err(DemoError::Interrupted) => {
             signals.abort();
