@@ -2,8 +2,10 @@
 # Builds the mvproxy container image from this checkout, with Debian's podman (installed as
 # root when missing, like scripts/test.sh installs prometheus):
 #   1. a static, stripped release binary (x86_64-unknown-linux-gnu, -C target-feature=+crt-static:
-#      no musl standard library is needed) in its own target dir, target/image, so debug and
-#      release builds elsewhere are not disturbed; checked to have no interpreter and no
+#      no musl standard library is needed) in its own target dir under the user's cache
+#      directory (${XDG_CACHE_HOME:-$HOME/.cache}/mvproxy/image-target), so debug and release
+#      builds elsewhere are not disturbed and a fresh clone (CI) reuses the compiled
+#      dependencies; checked to have no interpreter and no
 #      shared library, and to run;
 #   2. `podman build --storage-driver vfs` of Containerfile (FROM scratch) over a context
 #      holding that binary only, labelled with the version, the commit and the source;
@@ -50,12 +52,13 @@ image=${IMAGE:-mvproxy:$version}
 target=x86_64-unknown-linux-gnu
 
 # ---- 1. the static binary ---------------------------------------------------------------------
-log "building the static binary (target/image) ..."
+image_target="${XDG_CACHE_HOME:-$HOME/.cache}/mvproxy/image-target"
+log "building the static binary ($image_target) ..."
 t0=$(date +%s)
 RUSTFLAGS="-C target-feature=+crt-static" CARGO_PROFILE_RELEASE_DEBUG=0 CARGO_PROFILE_RELEASE_STRIP=symbols \
   MVPROXY_GIT_COMMIT=$revision \
-  nice -n 10 cargo build --release --locked -q -p mvproxy --target "$target" --target-dir "$root/target/image"
-bin="$root/target/image/$target/release/mvproxy"
+  nice -n 10 cargo build --release --locked -q -p mvproxy --target "$target" --target-dir "$image_target"
+bin="$image_target/$target/release/mvproxy"
 log "binary built in $(( $(date +%s) - t0 ))s: $(stat -c %s "$bin") bytes"
 # Static: no program interpreter (PT_INTERP) and no shared library (DT_NEEDED) to load.
 if LC_ALL=C readelf -lW "$bin" | grep -q 'INTERP' || LC_ALL=C readelf -dW "$bin" | grep -q '(NEEDED)'; then
