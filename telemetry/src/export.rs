@@ -386,16 +386,16 @@ impl Worker {
             };
             pause = false;
             let queue_full = self.shared.stats.dropped_total(DropReason::QueueFull);
-            if queue_full > dropped_seen {
-                if let Some(held) = self.warn.permit(Instant::now()) {
-                    tracing::warn!(
-                        dropped = queue_full - dropped_seen,
-                        max_queue = self.shared.max_queue,
-                        held_back_warnings = held,
-                        "spans dropped: the export queue (OTEL_BSP_MAX_QUEUE_SIZE) was full"
-                    );
-                    dropped_seen = queue_full;
-                }
+            if queue_full > dropped_seen
+                && let Some(held) = self.warn.permit(Instant::now())
+            {
+                tracing::warn!(
+                    dropped = queue_full - dropped_seen,
+                    max_queue = self.shared.max_queue,
+                    held_back_warnings = held,
+                    "spans dropped: the export queue (OTEL_BSP_MAX_QUEUE_SIZE) was full"
+                );
+                dropped_seen = queue_full;
             }
             if batch.is_empty() {
                 if stop.is_some() {
