@@ -362,6 +362,20 @@ async fn a_dead_collector_never_slows_or_fails_a_request() {
         e <= b * 3 + Duration::from_millis(20),
         "median {e:?} with a dead collector vs {b:?} without"
     );
+    // What /metrics says meanwhile: nothing exported, the queue full, the rest counted.
+    let m = get(&format!("{}/metrics", exporting.admin_url()), &[])
+        .await
+        .unwrap()
+        .text();
+    let value = |name: &str| -> f64 {
+        m.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or_else(|| panic!("{name} in\n{m}"))
+    };
+    assert_eq!(value("mvproxy_spans_exported_total"), 0.0);
+    assert_eq!(value("mvproxy_span_export_queue_capacity"), 64.0);
+    assert_eq!(value("mvproxy_span_export_queue_length"), 64.0);
+    assert!(value(r#"mvproxy_spans_dropped_total{reason="queue_full"}"#) >= 120.0 - 64.0);
     hole_task.abort();
 }
 

@@ -404,10 +404,12 @@ impl Worker {
                 continue;
             }
             let n = batch.len() as u64;
-            // At shutdown, every batch within shutdown's bound; else one export's timeout.
+            // At shutdown, every batch within nine tenths of shutdown's bound (the rest leaves
+            // time to count and report what is left before `shutdown` stops waiting); else one
+            // export's timeout.
             let until = stop.map_or_else(
                 || Instant::now() + self.client.target.timeout,
-                |at| at + self.export_timeout,
+                |at| at + self.export_timeout.mul_f64(0.9),
             );
             otlp::request(&self.resource, &batch, &mut self.buf);
             let stats = &self.shared.stats;
@@ -1082,6 +1084,16 @@ mod tests {
         ]
     }
 
+    /// The export thread counts what it could not send as it gives up, within shutdown's
+    /// bound; on a loaded machine that can land just after `shutdown` stopped waiting.
+    fn wait_for_export_failed(exporter: &Exporter) {
+        let give_up = Instant::now() + WAIT;
+        while counts(exporter)[3] == 0 {
+            assert!(Instant::now() < give_up, "never counted");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     #[test]
     fn shutdown_exports_what_is_queued_with_the_configured_headers() {
         let (url, seen) = collector(Script::default());
@@ -1181,6 +1193,7 @@ mod tests {
         assert_eq!(counts(&exporter), [0, 3, 0, 0]);
         assert_eq!(exporter.queue_len(), 2);
         exporter.shutdown();
+        wait_for_export_failed(&exporter);
         assert_eq!(
             counts(&exporter),
             [0, 3, 0, 2],
@@ -1347,12 +1360,7 @@ mod tests {
         exporter.push(span(1));
         exporter.push(span(2));
         exporter.shutdown();
-        // The export thread gives up at the same bound; its count follows at once.
-        let give_up = Instant::now() + WAIT;
-        while counts(&exporter)[3] == 0 {
-            assert!(Instant::now() < give_up, "never counted");
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        wait_for_export_failed(&exporter);
         assert_eq!(counts(&exporter), [0, 0, 0, 2]);
         drop(hold_rx);
     }
@@ -1452,6 +1460,7 @@ mod tests {
         let exporter = Exporter::start(t, &quick(), Vec::new()).unwrap();
         exporter.push(span(4));
         exporter.shutdown();
+        wait_for_export_failed(&exporter);
         assert!(seen.recv_timeout(Duration::from_millis(300)).is_err());
         assert_eq!(counts(&exporter), [0, 0, 0, 1]);
     }
@@ -1470,6 +1479,107 @@ mod tests {
         assert_eq!(e.var, "KEY", "{e}");
         let e = client_config(Some(file("CA", &path("missing.crt"))), None, false).unwrap_err();
         assert_eq!(e.var, "CA", "{e}");
+    }
+
+    /// A gRPC collector on loopback (HTTP/2 without TLS) answering the calls with these
+    /// `grpc-status` codes in order (trailers-only answers), then `0`; it passes on each call's
+    /// `grpc-encoding` header and message.
+    fn grpc_collector(
+        codes: Vec<&'static str>,
+    ) -> (Uri, mpsc::Receiver<(Option<String>, Vec<u8>)>) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+                let calls = Arc::new(AtomicUsize::new(0));
+                let codes = Arc::new(codes);
+                while let Ok((tcp, _)) = listener.accept().await {
+                    let (tx, calls, codes) = (tx.clone(), calls.clone(), codes.clone());
+                    let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+                        let (tx, calls, codes) = (tx.clone(), calls.clone(), codes.clone());
+                        async move {
+                            let encoding = req
+                                .headers()
+                                .get("grpc-encoding")
+                                .map(|v| v.to_str().unwrap().to_owned());
+                            let body = req.into_body().collect().await?.to_bytes().to_vec();
+                            let _ = tx.send((encoding, body));
+                            let n = calls.fetch_add(1, Ordering::Relaxed);
+                            let code = codes.get(n).copied().unwrap_or("0");
+                            Ok::<_, hyper::Error>(
+                                Response::builder()
+                                    .header("content-type", "application/grpc")
+                                    .header("grpc-status", code)
+                                    .body(Full::new(Bytes::new()))
+                                    .unwrap(),
+                            )
+                        }
+                    });
+                    tokio::spawn(
+                        hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                            .serve_connection(TokioIo::new(tcp), service),
+                    );
+                }
+            });
+        });
+        (url.parse().unwrap(), rx)
+    }
+
+    #[test]
+    fn grpc_unavailable_is_retried_and_the_message_is_gzip_compressed() {
+        let (url, seen) = grpc_collector(vec!["14", "0", "3"]);
+        let mut t = target(url, HeaderMap::new());
+        t.grpc = true;
+        t.gzip = true;
+        let exporter = Exporter::start(t, &quick(), Vec::new()).unwrap();
+        exporter.push(span(5));
+        for _ in 0..2 {
+            let (encoding, frame) = seen.recv_timeout(WAIT).unwrap();
+            assert_eq!(encoding.as_deref(), Some("gzip"));
+            assert_eq!(frame[0], 1, "the compressed flag");
+            let len = u32::from_be_bytes(frame[1..5].try_into().unwrap()) as usize;
+            assert_eq!(len, frame.len() - 5);
+            let mut plain = Vec::new();
+            flate2::read::GzDecoder::new(&frame[5..])
+                .read_to_end(&mut plain)
+                .unwrap();
+            assert_eq!(
+                decode(&plain).resource_spans[0].scope_spans[0].spans[0].trace_id,
+                [5; 16],
+                "the same span, sent again after UNAVAILABLE"
+            );
+        }
+        exporter.push(span(6));
+        let (_, frame) = seen.recv_timeout(WAIT).unwrap();
+        let mut plain = Vec::new();
+        flate2::read::GzDecoder::new(&frame[5..])
+            .read_to_end(&mut plain)
+            .unwrap();
+        assert_eq!(
+            decode(&plain).resource_spans[0].scope_spans[0].spans[0].trace_id,
+            [6; 16]
+        );
+        exporter.push(span(7));
+        assert!(seen.recv_timeout(WAIT).is_ok());
+        exporter.shutdown();
+        // 5: UNAVAILABLE then sent; 6: INVALID_ARGUMENT, not retried; 7: sent.
+        assert_eq!(counts(&exporter), [2, 0, 0, 1]);
+        let s = exporter.stats();
+        assert_eq!(
+            [
+                s.requests_total(Outcome::Success),
+                s.requests_total(Outcome::Retry),
+                s.requests_total(Outcome::Failure)
+            ],
+            [2, 1, 1]
+        );
     }
 
     #[test]

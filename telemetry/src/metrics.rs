@@ -460,7 +460,26 @@ impl Metrics {
         }
         for result in [values::HIT, values::MISS] {
             let _ = m.cache_lookups.get_or_create(&ResultLabels { result });
+            let _ = m
+                .cache_lookup_duration
+                .get_or_create(&ResultLabels { result });
             let _ = m.merges.get_or_create(&ResultLabels { result });
+        }
+        // No GVR: what a peer error of a GVR no server is known to serve counts under.
+        for ty in [values::ENDPOINT_RESOLUTION, values::PROXY_TRANSPORT] {
+            let _ = m.peer_proxy_errors.get_or_create(&PeerErrorLabels {
+                r#type: ty,
+                group: String::new(),
+                version: String::new(),
+                resource: String::new(),
+            });
+        }
+        // The local routes' latency has no peer.
+        for route in [values::ROUTE_LOCAL, values::ROUTE_DISCOVERY] {
+            let _ = m.request_duration.get_or_create(&RouteLabels {
+                route,
+                peer: String::new(),
+            });
         }
         r.register(
             "skew_requests",
@@ -722,6 +741,9 @@ mod tests {
             "mvproxy_discovery_cache_lookups_total{result=\"hit\"} 0",
             "mvproxy_discovery_cache_lookups_total{result=\"miss\"} 0",
             "mvproxy_discovery_merges_total{result=\"miss\"} 0",
+            "mvproxy_discovery_cache_lookup_duration_seconds_count{result=\"miss\"} 0",
+            "mvproxy_peer_proxy_errors_total{type=\"endpoint_resolution\",group=\"\",version=\"\",resource=\"\"} 0",
+            "mvproxy_request_duration_seconds_count{route=\"local\",peer=\"\"} 0",
         ] {
             assert!(text.contains(line), "missing {line:?} in\n{text}");
         }

@@ -331,7 +331,12 @@ fn record_proxy_error(metrics: &Metrics, info: &RequestInfo, route: &Route, e: &
     };
     match route {
         Route::Peer(_) | Route::Unavailable(_) => {
-            let (group, version, resource) = gvr_labels(info);
+            // A GVR that no server is known to serve comes from the client's path alone:
+            // labelled as no GVR, so made-up paths cannot add series.
+            let (group, version, resource) = match e {
+                ProxyError::SurfaceUnknown { .. } => Default::default(),
+                _ => gvr_labels(info),
+            };
             metrics
                 .peer_proxy_errors
                 .get_or_create(&PeerErrorLabels {
