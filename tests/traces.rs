@@ -134,6 +134,10 @@ async fn one_trace_across_the_peer_hop(grpc: bool) {
     for (k, v) in [
         ("http.request.method", "GET"),
         ("url.path", OLD_ONLY),
+        (
+            "http.route",
+            "/apis/{group}/{version}/namespaces/{namespace}/{resource}",
+        ),
         ("http.response.status_code", "200"),
         ("server.address", "127.0.0.1"),
         ("k8s.api.group", "resource.k8s.io"),
@@ -569,5 +573,16 @@ async fn a_failed_request_has_an_error_span_with_an_exception_event() {
     assert!(
         server.events.contains(&"exception".to_owned()),
         "{server:#?}"
+    );
+    let log = p.log();
+    let failed: Vec<&String> = log
+        .iter()
+        .filter(|l| l.contains("request failed"))
+        .collect();
+    assert_eq!(failed.len(), 1, "{log:#?}");
+    assert!(
+        failed[0].contains(TRACE) && failed[0].contains(server.span_id.as_str()),
+        "the failure line carries the server span's trace and span ids: {}",
+        failed[0]
     );
 }

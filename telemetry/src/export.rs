@@ -22,7 +22,7 @@
 //! to the front of the queue and is tried again after the schedule delay: a collector that
 //! restarts or is away for a while loses nothing that fits the queue, and what does not fit is
 //! counted as dropped. A non-retryable answer (a 400) drops the batch, counted. While exports
-//! fail, one warning per [`WARN_INTERVAL`] says how many did.
+//! fail, one warning per `WARN_INTERVAL` (30 s) says how many did.
 //!
 //! Shutdown stops taking spans, sends what is queued, and returns within
 //! `OTEL_BSP_EXPORT_TIMEOUT` whatever the collector does (even one that accepts and never
@@ -1481,12 +1481,13 @@ mod tests {
         assert_eq!(e.var, "CA", "{e}");
     }
 
+    /// A call as the gRPC collector saw it: its `grpc-encoding`, and its framed message.
+    type GrpcCall = (Option<String>, Vec<u8>);
+
     /// A gRPC collector on loopback (HTTP/2 without TLS) answering the calls with these
     /// `grpc-status` codes in order (trailers-only answers), then `0`; it passes on each call's
     /// `grpc-encoding` header and message.
-    fn grpc_collector(
-        codes: Vec<&'static str>,
-    ) -> (Uri, mpsc::Receiver<(Option<String>, Vec<u8>)>) {
+    fn grpc_collector(codes: Vec<&'static str>) -> (Uri, mpsc::Receiver<GrpcCall>) {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         listener.set_nonblocking(true).unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());

@@ -104,11 +104,15 @@ where
     let result = respond(&app, &snap, &span, &info, &route, req).await;
     let resp = result.unwrap_or_else(|e| {
         spans::failed(&span, &e);
+        let ids = span.ids();
+        let (trace_id, span_id) = ids
+            .as_ref()
+            .map_or(("", ""), |i| (i.trace_id.as_str(), i.span_id.as_str()));
         if e.is_client_error() {
             // The client's own fault (its body): no upstream failed.
-            tracing::info!(error = %e, %method, %path, route = route.kind(), "request refused");
+            tracing::info!(error = %e, %trace_id, %span_id, %method, %path, route = route.kind(), "request refused");
         } else {
-            tracing::warn!(error = %e, %method, %path, route = route.kind(), "request failed");
+            tracing::warn!(error = %e, %trace_id, %span_id, %method, %path, route = route.kind(), "request failed");
         }
         record_proxy_error(&app.metrics, &info, &route, &e);
         e.to_response().map(full)
