@@ -1466,6 +1466,37 @@ mod tests {
     }
 
     #[test]
+    fn grpc_over_mutual_tls() {
+        let pki = pki();
+        let path = |f: &str| pki.dir.join(f).to_str().unwrap().to_owned();
+        let (ca, cert, key) = (path("ca.crt"), path("client.crt"), path("client.key"));
+        let mut server = pki.server.clone();
+        server.alpn_protocols = vec![b"h2".to_vec()];
+        let (url, seen) = grpc_collector(Vec::new(), Some(Arc::new(server)));
+        let mut t = target(url, HeaderMap::new());
+        t.grpc = true;
+        t.tls = Some(
+            client_config(
+                Some(file("CA", &ca)),
+                Some((file("CERT", &cert), file("KEY", &key))),
+                true,
+            )
+            .unwrap(),
+        );
+        let exporter = Exporter::start(t, &quick(), Vec::new()).unwrap();
+        exporter.push(span(8));
+        let (encoding, frame) = seen.recv_timeout(WAIT).unwrap();
+        assert_eq!(encoding, None, "not compressed unless asked");
+        assert_eq!(frame[0], 0);
+        assert_eq!(
+            decode(&frame[5..]).resource_spans[0].scope_spans[0].spans[0].trace_id,
+            [8; 16]
+        );
+        exporter.shutdown();
+        assert_eq!(counts(&exporter), [1, 0, 0, 0]);
+    }
+
+    #[test]
     fn a_bad_client_key_names_its_variable() {
         let pki = pki();
         let path = |f: &str| pki.dir.join(f).to_str().unwrap().to_owned();
@@ -1484,13 +1515,17 @@ mod tests {
     /// A call as the gRPC collector saw it: its `grpc-encoding`, and its framed message.
     type GrpcCall = (Option<String>, Vec<u8>);
 
-    /// A gRPC collector on loopback (HTTP/2 without TLS) answering the calls with these
-    /// `grpc-status` codes in order (trailers-only answers), then `0`; it passes on each call's
-    /// `grpc-encoding` header and message.
-    fn grpc_collector(codes: Vec<&'static str>) -> (Uri, mpsc::Receiver<GrpcCall>) {
+    /// A gRPC collector on loopback (HTTP/2, over TLS when `tls`) answering the calls with
+    /// these `grpc-status` codes in order (trailers-only answers), then `0`; it passes on each
+    /// call's `grpc-encoding` header and message.
+    fn grpc_collector(
+        codes: Vec<&'static str>,
+        tls: Option<Arc<rustls::ServerConfig>>,
+    ) -> (Uri, mpsc::Receiver<GrpcCall>) {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         listener.set_nonblocking(true).unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let url = format!("{scheme}://{}", listener.local_addr().unwrap());
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_current_thread()
@@ -1523,10 +1558,21 @@ mod tests {
                             )
                         }
                     });
-                    tokio::spawn(
-                        hyper::server::conn::http2::Builder::new(TokioExecutor::new())
-                            .serve_connection(TokioIo::new(tcp), service),
-                    );
+                    let http2 = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+                    match &tls {
+                        None => {
+                            tokio::spawn(http2.serve_connection(TokioIo::new(tcp), service));
+                        }
+                        Some(config) => {
+                            let acceptor = tokio_rustls::TlsAcceptor::from(config.clone());
+                            tokio::spawn(async move {
+                                if let Ok(stream) = acceptor.accept(tcp).await {
+                                    let _ =
+                                        http2.serve_connection(TokioIo::new(stream), service).await;
+                                }
+                            });
+                        }
+                    }
                 }
             });
         });
@@ -1535,7 +1581,7 @@ mod tests {
 
     #[test]
     fn grpc_unavailable_is_retried_and_the_message_is_gzip_compressed() {
-        let (url, seen) = grpc_collector(vec!["14", "0", "3"]);
+        let (url, seen) = grpc_collector(vec!["14", "0", "3"], None);
         let mut t = target(url, HeaderMap::new());
         t.grpc = true;
         t.gzip = true;
