@@ -134,6 +134,10 @@ async fn one_trace_across_the_peer_hop(grpc: bool) {
     for (k, v) in [
         ("http.request.method", "GET"),
         ("url.path", OLD_ONLY),
+        (
+            "http.route",
+            "/apis/{group}/{version}/namespaces/{namespace}/{resource}",
+        ),
         ("http.response.status_code", "200"),
         ("server.address", "127.0.0.1"),
         ("k8s.api.group", "resource.k8s.io"),
@@ -362,6 +366,20 @@ async fn a_dead_collector_never_slows_or_fails_a_request() {
         e <= b * 3 + Duration::from_millis(20),
         "median {e:?} with a dead collector vs {b:?} without"
     );
+    // What /metrics says meanwhile: nothing exported, the queue full, the rest counted.
+    let m = get(&format!("{}/metrics", exporting.admin_url()), &[])
+        .await
+        .unwrap()
+        .text();
+    let value = |name: &str| -> f64 {
+        m.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or_else(|| panic!("{name} in\n{m}"))
+    };
+    assert_eq!(value("mvproxy_spans_exported_total"), 0.0);
+    assert_eq!(value("mvproxy_span_export_queue_capacity"), 64.0);
+    assert_eq!(value("mvproxy_span_export_queue_length"), 64.0);
+    assert!(value(r#"mvproxy_spans_dropped_total{reason="queue_full"}"#) >= 120.0 - 64.0);
     hole_task.abort();
 }
 
@@ -555,5 +573,16 @@ async fn a_failed_request_has_an_error_span_with_an_exception_event() {
     assert!(
         server.events.contains(&"exception".to_owned()),
         "{server:#?}"
+    );
+    let log = p.log();
+    let failed: Vec<&String> = log
+        .iter()
+        .filter(|l| l.contains("request failed"))
+        .collect();
+    assert_eq!(failed.len(), 1, "{log:#?}");
+    assert!(
+        failed[0].contains(TRACE) && failed[0].contains(server.span_id.as_str()),
+        "the failure line carries the server span's trace and span ids: {}",
+        failed[0]
     );
 }

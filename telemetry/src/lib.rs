@@ -12,6 +12,8 @@
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod export;
+pub mod export_metrics;
+mod export_tls;
 pub mod metrics;
 mod otlp;
 pub mod propagation;

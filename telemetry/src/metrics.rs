@@ -374,7 +374,26 @@ impl Metrics {
         }
         for result in [values::HIT, values::MISS] {
             let _ = m.cache_lookups.get_or_create(&ResultLabels { result });
+            let _ = m
+                .cache_lookup_duration
+                .get_or_create(&ResultLabels { result });
             let _ = m.merges.get_or_create(&ResultLabels { result });
+        }
+        // No GVR: what a peer error of a GVR no server is known to serve counts under.
+        for ty in [values::ENDPOINT_RESOLUTION, values::PROXY_TRANSPORT] {
+            let _ = m.peer_proxy_errors.get_or_create(&PeerErrorLabels {
+                r#type: ty,
+                group: String::new(),
+                version: String::new(),
+                resource: String::new(),
+            });
+        }
+        // The local routes' latency has no peer.
+        for route in [values::ROUTE_LOCAL, values::ROUTE_DISCOVERY] {
+            let _ = m.request_duration.get_or_create(&RouteLabels {
+                route,
+                peer: String::new(),
+            });
         }
         r.register(
             "skew_requests",

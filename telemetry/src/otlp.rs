@@ -38,7 +38,8 @@ pub(crate) struct Event {
 }
 
 /// `ExportTraceServiceRequest` bytes for `spans`, under `resource` (the encoded attributes of
-/// a `Resource` message, from [`resource`]) and the instrumentation scope `mvproxy`.
+/// a `Resource` message, from [`resource`]) and the instrumentation scope `mvproxy` at
+/// mvproxy's version.
 pub(crate) fn request(resource: &[u8], spans: &[SpanRecord], out: &mut Vec<u8>) {
     out.clear();
     // ExportTraceServiceRequest.resource_spans = 1
@@ -48,7 +49,11 @@ pub(crate) fn request(resource: &[u8], spans: &[SpanRecord], out: &mut Vec<u8>) 
         // ResourceSpans.scope_spans = 2
         nested(rs, 2, |ss| {
             // ScopeSpans.scope = 1: InstrumentationScope.name = 1
-            nested(ss, 1, |scope| string(scope, 1, SCOPE));
+            nested(ss, 1, |scope| {
+                string(scope, 1, SCOPE);
+                // InstrumentationScope.version = 2
+                string(scope, 2, env!("CARGO_PKG_VERSION"));
+            });
             for span in spans {
                 // ScopeSpans.spans = 2
                 nested(ss, 2, |s| self::span(s, span));

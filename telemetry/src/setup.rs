@@ -1,6 +1,7 @@
 //! Setting up logs and traces from the standard `OTEL_*` variables.
 //!
-//! No endpoint means no exporter: request spans are empty and the request path pays nothing
+//! No endpoint means no exporter (unless `OTEL_TRACES_EXPORTER=otlp` asks for the
+//! specification's default one): request spans are empty and the request path pays nothing
 //! for them (the client's trace headers pass along untouched). With an endpoint, the request
 //! spans ([`crate::trace`]) go to a bounded queue that one thread of their own exports
 //! ([`crate::export`]): a slow or dead collector fills (and then drops from) the queue, it
@@ -8,9 +9,10 @@
 //!
 //! The variables are read as the SDK reads them (the OpenTelemetry environment variable
 //! specification, <https://opentelemetry.io/docs/specs/otel/configuration/sdk-environment-variables/>
-//! and <https://opentelemetry.io/docs/specs/otel/protocol/exporter/>), except that a value
+//! and <https://opentelemetry.io/docs/specs/otel/protocol/exporter/>), the per-signal
+//! `OTEL_EXPORTER_OTLP_TRACES_*` form of each winning over the general one, except that a value
 //! that cannot be used is an error naming the variable where the SDK silently takes its
-//! default.
+//! default: nothing the exporter reads is ignored.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,9 +21,11 @@ use http::header::{HeaderName, HeaderValue};
 use http::{HeaderMap, Uri};
 use opentelemetry::KeyValue;
 use opentelemetry_sdk::Resource;
+use opentelemetry_sdk::resource::TelemetryResourceDetector;
 use opentelemetry_sdk::trace::Sampler;
 
 use crate::export::{Batching, Exporter, Target};
+use crate::export_tls::FileVar;
 use tracing_subscriber::filter::EnvFilter;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
@@ -55,9 +59,86 @@ pub struct Export {
     pub endpoint_var: &'static str,
     /// `OTEL_EXPORTER_OTLP_HEADERS` (or `_TRACES_HEADERS`): sent with every export.
     pub headers: HeaderMap,
-    /// `OTEL_EXPORTER_OTLP_TIMEOUT` (or `_TRACES_TIMEOUT`): one export request at most.
+    /// `OTEL_EXPORTER_OTLP_TIMEOUT` (or `_TRACES_TIMEOUT`): one export, retries included, at
+    /// most.
     pub timeout: Duration,
+    /// `OTEL_EXPORTER_OTLP_COMPRESSION=gzip` (or `_TRACES_COMPRESSION`).
+    pub gzip: bool,
+    /// For an `https://` endpoint: the CA (`_CERTIFICATE`, else the system's roots) and the
+    /// client certificate (`_CLIENT_CERTIFICATE`, `_CLIENT_KEY`).
+    pub tls: Option<Tls>,
 }
+
+/// The TLS client configuration of an `https://` endpoint, its files read and checked.
+#[derive(Clone)]
+pub struct Tls(Arc<rustls::ClientConfig>);
+
+impl std::fmt::Debug for Tls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Tls")
+    }
+}
+
+impl PartialEq for Tls {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for Tls {}
+
+/// A variable of the OTLP exporter in its two forms: the traces signal's, which wins, and the
+/// general one.
+struct Otlp {
+    traces: &'static str,
+    general: &'static str,
+}
+
+impl Otlp {
+    const fn new(traces: &'static str, general: &'static str) -> Self {
+        Self { traces, general }
+    }
+
+    /// The variable that is set (the traces one first) and its value.
+    fn get(&self, get: &impl Fn(&str) -> Option<String>) -> Option<(&'static str, String)> {
+        get(self.traces)
+            .map(|v| (self.traces, v))
+            .or_else(|| get(self.general).map(|v| (self.general, v)))
+    }
+}
+
+const PROTOCOL: Otlp = Otlp::new(
+    "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+    "OTEL_EXPORTER_OTLP_PROTOCOL",
+);
+const HEADERS: Otlp = Otlp::new(
+    "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
+    "OTEL_EXPORTER_OTLP_HEADERS",
+);
+const TIMEOUT: Otlp = Otlp::new(
+    "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT",
+    "OTEL_EXPORTER_OTLP_TIMEOUT",
+);
+const COMPRESSION: Otlp = Otlp::new(
+    "OTEL_EXPORTER_OTLP_TRACES_COMPRESSION",
+    "OTEL_EXPORTER_OTLP_COMPRESSION",
+);
+const CERTIFICATE: Otlp = Otlp::new(
+    "OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE",
+    "OTEL_EXPORTER_OTLP_CERTIFICATE",
+);
+const CLIENT_CERTIFICATE: Otlp = Otlp::new(
+    "OTEL_EXPORTER_OTLP_TRACES_CLIENT_CERTIFICATE",
+    "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE",
+);
+const CLIENT_KEY: Otlp = Otlp::new(
+    "OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY",
+    "OTEL_EXPORTER_OTLP_CLIENT_KEY",
+);
+const INSECURE: Otlp = Otlp::new(
+    "OTEL_EXPORTER_OTLP_TRACES_INSECURE",
+    "OTEL_EXPORTER_OTLP_INSECURE",
+);
 
 const TRACES_ENDPOINT: &str = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT";
 const ENDPOINT: &str = "OTEL_EXPORTER_OTLP_ENDPOINT";
@@ -73,10 +154,24 @@ pub struct Settings {
     pub batching: Batching,
     /// `OTEL_SERVICE_NAME`, else `service.name` from `OTEL_RESOURCE_ATTRIBUTES`, else `mvproxy`.
     pub service_name: String,
+    /// The resource of every span: the SDK's `telemetry.sdk.*`, mvproxy's defaults
+    /// (`service.name`, `service.namespace`, `service.version`), then
+    /// `OTEL_RESOURCE_ATTRIBUTES` and `OTEL_SERVICE_NAME`, each later one winning.
+    pub resource: Vec<KeyValue>,
     /// JSON log lines.
     pub json_logs: bool,
     /// Log filter when `RUST_LOG` is unset.
     pub default_log_filter: String,
+}
+
+/// A boolean variable (`true` or `false`, any case); `None` when unset.
+fn boolean(var: &'static str, value: Option<String>) -> Result<Option<bool>, TelemetryError> {
+    match value.as_deref().map(str::trim) {
+        None => Ok(None),
+        Some(v) if v.eq_ignore_ascii_case("true") => Ok(Some(true)),
+        Some(v) if v.eq_ignore_ascii_case("false") => Ok(Some(false)),
+        Some(v) => Err(err(var, format!("{v:?} is neither true nor false"))),
+    }
 }
 
 impl Settings {
@@ -86,80 +181,214 @@ impl Settings {
         json_logs: bool,
     ) -> Result<Self, TelemetryError> {
         let get = |k: &str| lookup(k).filter(|v| !v.trim().is_empty());
-        let protocol_var = if get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL").is_some() {
-            "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"
-        } else {
-            "OTEL_EXPORTER_OTLP_PROTOCOL"
-        };
-        let grpc = match get(protocol_var).as_deref().map(str::trim) {
-            None | Some("http/protobuf") => false,
-            Some("grpc") => true,
+        let disabled = boolean("OTEL_SDK_DISABLED", get("OTEL_SDK_DISABLED"))?.unwrap_or(false);
+        // Unset: export when an endpoint is set. `otlp`: export, to the default endpoint if
+        // none is set. `none`: do not.
+        let exporter_wanted = match get("OTEL_TRACES_EXPORTER").as_deref().map(str::trim) {
+            None => None,
+            Some("otlp") => Some(true),
+            Some("none") => Some(false),
             Some(other) => {
+                return Err(err(
+                    "OTEL_TRACES_EXPORTER",
+                    format!("{other:?} is not supported (use otlp or none)"),
+                ));
+            }
+        };
+        let (protocol_var, protocol) = PROTOCOL
+            .get(&get)
+            .unwrap_or((PROTOCOL.general, String::new()));
+        let grpc = match protocol.trim() {
+            "" | "http/protobuf" => false,
+            "grpc" => true,
+            other => {
                 return Err(err(
                     protocol_var,
                     format!("{other:?} is not supported (use grpc or http/protobuf)"),
                 ));
             }
         };
-        let export = match (get(TRACES_ENDPOINT), get(ENDPOINT)) {
+        let endpoint = match (get(TRACES_ENDPOINT), get(ENDPOINT)) {
             (Some(traces), _) => Some((checked(TRACES_ENDPOINT, traces)?, TRACES_ENDPOINT)),
-            (None, Some(base)) => {
-                let base = checked(ENDPOINT, base)?;
-                // The generic endpoint is a base URL: HTTP appends the signal path.
-                let endpoint = if grpc {
-                    base
-                } else {
-                    format!("{}/v1/traces", base.trim_end_matches('/'))
+            (None, base) => {
+                // `OTEL_TRACES_EXPORTER=otlp` alone: the specification's default endpoint.
+                let base = match (base, exporter_wanted) {
+                    (Some(base), _) => Some(checked(ENDPOINT, base)?),
+                    (None, Some(true)) if grpc => Some("http://localhost:4317".to_owned()),
+                    (None, Some(true)) => Some("http://localhost:4318".to_owned()),
+                    (None, _) => None,
                 };
-                Some((endpoint, ENDPOINT))
+                // The generic endpoint is a base URL: HTTP appends the signal path.
+                base.map(|base| {
+                    let endpoint = if grpc {
+                        base
+                    } else {
+                        format!("{}/v1/traces", base.trim_end_matches('/'))
+                    };
+                    (endpoint, ENDPOINT)
+                })
             }
-            (None, None) => None,
-        }
-        .map(
-            |(endpoint, endpoint_var)| -> Result<Export, TelemetryError> {
-                Ok(Export {
-                    endpoint,
-                    grpc,
-                    endpoint_var,
-                    headers: headers(&get)?,
-                    timeout: millis(&get, "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT")?
-                        .or(millis(&get, "OTEL_EXPORTER_OTLP_TIMEOUT")?)
-                        .unwrap_or(Duration::from_secs(10)),
-                })
-            },
-        )
-        .transpose()?;
+        };
+        let export = endpoint
+            .map(|(endpoint, endpoint_var)| export(&get, endpoint, endpoint_var, grpc))
+            .transpose()?
+            .filter(|_| !disabled && exporter_wanted != Some(false));
+        let user_attributes = resource_attributes(get("OTEL_RESOURCE_ATTRIBUTES"))?;
         let service_name = get("OTEL_SERVICE_NAME")
+            .map(|s| s.trim().to_owned())
             .or_else(|| {
-                get("OTEL_RESOURCE_ATTRIBUTES").and_then(|attrs| {
-                    attrs.split(',').find_map(|kv| {
-                        let (k, v) = kv.split_once('=')?;
-                        (k.trim() == "service.name").then(|| v.trim().to_owned())
-                    })
-                })
+                user_attributes
+                    .iter()
+                    .find(|kv| kv.key.as_str() == "service.name")
+                    .map(|kv| kv.value.to_string())
             })
             .unwrap_or_else(|| "mvproxy".to_owned());
+        let resource = Resource::builder_empty()
+            .with_detector(Box::new(TelemetryResourceDetector))
+            .with_attributes([
+                KeyValue::new("service.namespace", "mvproxy"),
+                KeyValue::new("service.version", env!("CARGO_PKG_VERSION")),
+            ])
+            .with_attributes(user_attributes)
+            .with_service_name(service_name.clone())
+            .build()
+            .iter()
+            .map(|(k, v)| KeyValue::new(k.clone(), v.clone()))
+            .collect();
         Ok(Self {
             export,
             sampler: sampler(get("OTEL_TRACES_SAMPLER"), get("OTEL_TRACES_SAMPLER_ARG"))?,
             batching: batching(&get)?,
             service_name,
+            resource,
             json_logs,
             default_log_filter: "info".to_owned(),
         })
     }
 }
 
-fn checked(var: &'static str, url: String) -> Result<String, TelemetryError> {
-    match url.parse::<Uri>() {
-        Ok(u) if u.scheme_str() == Some("http") && u.host().is_some() => Ok(url),
-        Ok(u) if u.scheme_str() == Some("https") => Err(err(
+/// The rest of the exporter's variables, for `endpoint`.
+fn export(
+    get: &impl Fn(&str) -> Option<String>,
+    endpoint: String,
+    endpoint_var: &'static str,
+    grpc: bool,
+) -> Result<Export, TelemetryError> {
+    let https = endpoint.starts_with("https://");
+    let gzip = match COMPRESSION.get(get) {
+        None => false,
+        Some((var, v)) => match v.trim() {
+            "gzip" => true,
+            "none" => false,
+            other => {
+                return Err(err(
+                    var,
+                    format!("{other:?} is not supported (use gzip or none)"),
+                ));
+            }
+        },
+    };
+    // `INSECURE` only says what the scheme already says; a contradiction is an error.
+    if let Some((var, v)) = INSECURE.get(get)
+        && let Some(insecure) = boolean(var, Some(v))?
+        && insecure == https
+    {
+        return Err(err(
             var,
             format!(
-                "{url:?}: https is not supported; export to a collector over http:// (a local agent or sidecar)"
+                "{insecure} contradicts the endpoint {endpoint:?}: the scheme decides (https:// is always verified, http:// never encrypted)"
             ),
+        ));
+    }
+    let file = |o: &Otlp| o.get(get).map(|(var, path)| (var, path.trim().to_owned()));
+    let (ca, cert, key) = (
+        file(&CERTIFICATE),
+        file(&CLIENT_CERTIFICATE),
+        file(&CLIENT_KEY),
+    );
+    let tls = if https {
+        fn as_file<'a>(f: &'a Option<(&'static str, String)>) -> Option<FileVar<'a>> {
+            f.as_ref().map(|(var, path)| FileVar { var, path })
+        }
+        let client = match (as_file(&cert), as_file(&key)) {
+            (None, None) => None,
+            (Some(c), Some(k)) => Some((c, k)),
+            (Some(c), None) => {
+                return Err(err(
+                    CLIENT_KEY.general,
+                    format!("unset, but {} names a client certificate", c.var),
+                ));
+            }
+            (None, Some(k)) => {
+                return Err(err(
+                    CLIENT_CERTIFICATE.general,
+                    format!("unset, but {} names a client key", k.var),
+                ));
+            }
+        };
+        Some(Tls(crate::export_tls::client_config(
+            as_file(&ca),
+            client,
+            grpc,
+        )?))
+    } else {
+        if let Some((var, _)) = [ca, cert, key].into_iter().flatten().next() {
+            return Err(err(
+                var,
+                format!("set for an https:// endpoint, but the endpoint is {endpoint:?}"),
+            ));
+        }
+        None
+    };
+    Ok(Export {
+        endpoint,
+        grpc,
+        endpoint_var,
+        headers: headers(get)?,
+        timeout: match TIMEOUT.get(get) {
+            Some((var, _)) => millis(get, var)?,
+            None => None,
+        }
+        .unwrap_or(Duration::from_secs(10)),
+        gzip,
+        tls,
+    })
+}
+
+/// `OTEL_RESOURCE_ATTRIBUTES`: `key=value` pairs separated by commas, values percent-encoded.
+fn resource_attributes(value: Option<String>) -> Result<Vec<KeyValue>, TelemetryError> {
+    const VAR: &str = "OTEL_RESOURCE_ATTRIBUTES";
+    let Some(value) = value else {
+        return Ok(Vec::new());
+    };
+    value
+        .split(',')
+        .filter(|p| !p.trim().is_empty())
+        .map(|pair| {
+            let (k, v) = pair
+                .split_once('=')
+                .filter(|(k, _)| !k.trim().is_empty())
+                .ok_or_else(|| err(VAR, format!("{pair:?} is not key=value")))?;
+            let v = percent_decoded(v.trim())
+                .and_then(|b| String::from_utf8(b).ok())
+                .ok_or_else(|| {
+                    err(
+                        VAR,
+                        format!("{pair:?}: the value is not percent-encoded UTF-8"),
+                    )
+                })?;
+            Ok(KeyValue::new(k.trim().to_owned(), v))
+        })
+        .collect()
+}
+
+fn checked(var: &'static str, url: String) -> Result<String, TelemetryError> {
+    match url.parse::<Uri>() {
+        Ok(u) if matches!(u.scheme_str(), Some("http" | "https")) && u.host().is_some() => Ok(url),
+        _ => Err(err(
+            var,
+            format!("{url:?} is not an http:// or https:// URL"),
         )),
-        _ => Err(err(var, format!("{url:?} is not an http:// URL"))),
     }
 }
 
@@ -199,19 +428,14 @@ fn batching(get: &impl Fn(&str) -> Option<String>) -> Result<Batching, Telemetry
 /// `OTEL_EXPORTER_OTLP_TRACES_HEADERS`, else `OTEL_EXPORTER_OTLP_HEADERS`: `key=value` pairs
 /// separated by commas, values percent-encoded (the W3C Baggage format).
 fn headers(get: &impl Fn(&str) -> Option<String>) -> Result<HeaderMap, TelemetryError> {
-    let (var, value) = match (
-        get("OTEL_EXPORTER_OTLP_TRACES_HEADERS"),
-        get("OTEL_EXPORTER_OTLP_HEADERS"),
-    ) {
-        (Some(v), _) => ("OTEL_EXPORTER_OTLP_TRACES_HEADERS", v),
-        (None, Some(v)) => ("OTEL_EXPORTER_OTLP_HEADERS", v),
-        (None, None) => return Ok(HeaderMap::new()),
+    let Some((var, value)) = HEADERS.get(get) else {
+        return Ok(HeaderMap::new());
     };
     let mut headers = HeaderMap::new();
     for pair in value.split(',').filter(|p| !p.trim().is_empty()) {
         let parsed = pair.split_once('=').and_then(|(k, v)| {
             let name = HeaderName::from_bytes(k.trim().as_bytes()).ok()?;
-            let value = HeaderValue::from_bytes(&percent_decode(v.trim())?).ok()?;
+            let value = HeaderValue::from_bytes(&percent_decoded(v.trim())?).ok()?;
             Some((name, value))
         });
         let Some((name, value)) = parsed else {
@@ -225,18 +449,15 @@ fn headers(get: &impl Fn(&str) -> Option<String>) -> Result<HeaderMap, Telemetry
     Ok(headers)
 }
 
-fn percent_decode(s: &str) -> Option<Vec<u8>> {
-    let mut out = Vec::with_capacity(s.len());
-    let mut bytes = s.bytes();
-    while let Some(b) = bytes.next() {
-        if b == b'%' {
-            let hex = [bytes.next()?, bytes.next()?];
-            out.push(u8::from_str_radix(std::str::from_utf8(&hex).ok()?, 16).ok()?);
-        } else {
-            out.push(b);
-        }
-    }
-    Some(out)
+/// `s` percent-decoded (`percent-encoding`), or `None` when a `%` is not followed by two hex
+/// digits: the crate passes such a `%` through, the W3C Baggage format has none.
+fn percent_decoded(s: &str) -> Option<Vec<u8>> {
+    let b = s.as_bytes();
+    let valid = s.match_indices('%').all(|(i, _)| {
+        b.get(i + 1).is_some_and(u8::is_ascii_hexdigit)
+            && b.get(i + 2).is_some_and(u8::is_ascii_hexdigit)
+    });
+    valid.then(|| percent_encoding::percent_decode_str(s).collect())
 }
 
 fn sampler(name: Option<String>, arg: Option<String>) -> Result<Sampler, TelemetryError> {
@@ -326,22 +547,23 @@ fn exporter(export: &Export, settings: &Settings) -> Result<Exporter, TelemetryE
         .endpoint
         .parse::<Uri>()
         .map_err(|e| err(var, e.to_string()))?;
-    // The SDK's resource: `service.name`, the `telemetry.sdk.*` attributes and
-    // `OTEL_RESOURCE_ATTRIBUTES`.
-    let resource = Resource::builder()
-        .with_service_name(settings.service_name.clone())
-        .with_attributes([KeyValue::new("service.namespace", "mvproxy")])
-        .build();
     let target = Target {
         endpoint,
         grpc: export.grpc,
         headers: export.headers.clone(),
         timeout: export.timeout,
+        gzip: export.gzip,
+        tls: export.tls.as_ref().map(|t| t.0.clone()),
     };
     Exporter::start(
         target,
         &settings.batching,
-        crate::otlp::resource(resource.iter().map(|(k, v)| (k.as_str(), v))),
+        crate::otlp::resource(
+            settings
+                .resource
+                .iter()
+                .map(|kv| (kv.key.as_str(), &kv.value)),
+        ),
     )
     .map_err(|e| err(var, e.to_string()))
 }
@@ -379,6 +601,8 @@ mod tests {
                 endpoint_var: ENDPOINT,
                 headers: HeaderMap::new(),
                 timeout: Duration::from_secs(10),
+                gzip: false,
+                tls: None,
             })
         );
         let s = settings(&[
@@ -439,8 +663,77 @@ mod tests {
                 "OTEL_TRACES_SAMPLER",
             ),
             (
-                &[("OTEL_EXPORTER_OTLP_ENDPOINT", "https://collector:4318")],
+                &[("OTEL_EXPORTER_OTLP_ENDPOINT", "ftp://collector:4318")],
                 "OTEL_EXPORTER_OTLP_ENDPOINT",
+            ),
+            (
+                &[
+                    ("OTEL_EXPORTER_OTLP_ENDPOINT", "https://collector:4318"),
+                    ("OTEL_EXPORTER_OTLP_CERTIFICATE", "/nonexistent/ca.crt"),
+                ],
+                "OTEL_EXPORTER_OTLP_CERTIFICATE",
+            ),
+            (
+                &[
+                    ("OTEL_EXPORTER_OTLP_ENDPOINT", "https://collector:4318"),
+                    (
+                        "OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE",
+                        "/nonexistent/ca.crt",
+                    ),
+                    ("OTEL_EXPORTER_OTLP_CERTIFICATE", "/also/nonexistent"),
+                ],
+                "OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE",
+            ),
+            (
+                &[
+                    ("OTEL_EXPORTER_OTLP_ENDPOINT", "https://collector:4318"),
+                    (
+                        "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE",
+                        "/nonexistent/c.crt",
+                    ),
+                ],
+                "OTEL_EXPORTER_OTLP_CLIENT_KEY",
+            ),
+            (
+                &[
+                    ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318"),
+                    ("OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY", "/some/key"),
+                ],
+                "OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY",
+            ),
+            (
+                &[
+                    ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318"),
+                    ("OTEL_EXPORTER_OTLP_COMPRESSION", "zstd"),
+                ],
+                "OTEL_EXPORTER_OTLP_COMPRESSION",
+            ),
+            (
+                &[
+                    ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318"),
+                    ("OTEL_EXPORTER_OTLP_INSECURE", "false"),
+                ],
+                "OTEL_EXPORTER_OTLP_INSECURE",
+            ),
+            (
+                &[
+                    ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318"),
+                    ("OTEL_EXPORTER_OTLP_TRACES_INSECURE", "maybe"),
+                ],
+                "OTEL_EXPORTER_OTLP_TRACES_INSECURE",
+            ),
+            (&[("OTEL_SDK_DISABLED", "yes")], "OTEL_SDK_DISABLED"),
+            (
+                &[("OTEL_TRACES_EXPORTER", "console")],
+                "OTEL_TRACES_EXPORTER",
+            ),
+            (
+                &[("OTEL_RESOURCE_ATTRIBUTES", "team")],
+                "OTEL_RESOURCE_ATTRIBUTES",
+            ),
+            (
+                &[("OTEL_RESOURCE_ATTRIBUTES", "team=a%2")],
+                "OTEL_RESOURCE_ATTRIBUTES",
             ),
             (
                 &[("OTEL_BSP_MAX_QUEUE_SIZE", "0")],
@@ -530,6 +823,84 @@ mod tests {
         );
         assert_eq!(export.headers["x-b"], "2");
         assert_eq!(export.timeout, Duration::from_millis(700));
+    }
+
+    #[test]
+    fn compression_and_the_signal_variables_winning() {
+        let s = settings(&[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318"),
+            ("OTEL_EXPORTER_OTLP_COMPRESSION", "gzip"),
+            ("OTEL_EXPORTER_OTLP_INSECURE", "true"),
+        ])
+        .unwrap();
+        assert!(s.export.unwrap().gzip);
+        let s = settings(&[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318"),
+            ("OTEL_EXPORTER_OTLP_COMPRESSION", "gzip"),
+            ("OTEL_EXPORTER_OTLP_TRACES_COMPRESSION", "none"),
+        ])
+        .unwrap();
+        assert!(!s.export.unwrap().gzip, "the signal's own variable wins");
+    }
+
+    #[test]
+    fn disabled_and_exporter_choice() {
+        let endpoint = ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318");
+        for off in [
+            ("OTEL_SDK_DISABLED", "TRUE"),
+            ("OTEL_TRACES_EXPORTER", "none"),
+        ] {
+            assert_eq!(settings(&[endpoint, off]).unwrap().export, None, "{off:?}");
+        }
+        let s = settings(&[endpoint, ("OTEL_SDK_DISABLED", "false")]).unwrap();
+        assert!(s.export.is_some());
+        let s = settings(&[("OTEL_TRACES_EXPORTER", "otlp")]).unwrap();
+        assert_eq!(
+            s.export.unwrap().endpoint,
+            "http://localhost:4318/v1/traces",
+            "the specification's default endpoint"
+        );
+        let s = settings(&[
+            ("OTEL_TRACES_EXPORTER", "otlp"),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
+        ])
+        .unwrap();
+        assert_eq!(s.export.unwrap().endpoint, "http://localhost:4317");
+    }
+
+    #[test]
+    fn the_users_resource_attributes_win_over_mvproxys_defaults() {
+        let attr = |s: &Settings, k: &str| {
+            s.resource
+                .iter()
+                .find(|kv| kv.key.as_str() == k)
+                .map(|kv| kv.value.to_string())
+        };
+        let s = settings(&[]).unwrap();
+        assert_eq!(attr(&s, "service.namespace").as_deref(), Some("mvproxy"));
+        assert_eq!(attr(&s, "service.name").as_deref(), Some("mvproxy"));
+        assert_eq!(attr(&s, "telemetry.sdk.language").as_deref(), Some("rust"));
+        let s = settings(&[
+            (
+                "OTEL_RESOURCE_ATTRIBUTES",
+                "service.namespace=control-plane,service.name=from-attrs,k8s.cluster.name=a%20b",
+            ),
+            ("OTEL_SERVICE_NAME", "proxy-b"),
+        ])
+        .unwrap();
+        assert_eq!(
+            attr(&s, "service.namespace").as_deref(),
+            Some("control-plane")
+        );
+        assert_eq!(attr(&s, "service.name").as_deref(), Some("proxy-b"));
+        assert_eq!(attr(&s, "k8s.cluster.name").as_deref(), Some("a b"));
+        assert_eq!(
+            s.resource
+                .iter()
+                .filter(|kv| kv.key.as_str() == "service.name")
+                .count(),
+            1
+        );
     }
 
     #[test]

@@ -53,6 +53,11 @@ pub(crate) fn install(sampler: Sampler, exporter: Arc<Exporter>) {
     let _ = PIPELINE.set(Pipeline { sampler, exporter });
 }
 
+/// The export queue, once an exporter is configured (its counters, for `/metrics`).
+pub(crate) fn exporter() -> Option<&'static Exporter> {
+    PIPELINE.get().map(|p| &*p.exporter)
+}
+
 /// Whether spans are exported at all (an exporter is configured).
 pub fn enabled() -> bool {
     PIPELINE.get().is_some()

@@ -165,6 +165,7 @@ pub async fn start(config: &Config, sockets: Sockets) -> Result<Running, StartEr
     let (local, new_peer) = upstreams(config, &mut reloader)?;
     let mut registry = Registry::default();
     let metrics = Arc::new(Metrics::register(&mut registry));
+    mvproxy_telemetry::export_metrics::register(&mut registry);
     let cache = Cache::new(
         local.clone(),
         new_peer,

@@ -107,11 +107,15 @@ where
     let result = respond(&app, &snap, &span, &info, &route, req).await;
     let resp = result.unwrap_or_else(|e| {
         spans::failed(&span, &e);
+        let ids = span.ids();
+        let (trace_id, span_id) = ids
+            .as_ref()
+            .map_or(("", ""), |i| (i.trace_id.as_str(), i.span_id.as_str()));
         if e.is_client_error() {
             // The client's own fault (its body): no upstream failed.
-            tracing::info!(error = %e, %method, %path, route = route.kind(), "request refused");
+            tracing::info!(error = %e, %trace_id, %span_id, %method, %path, route = route.kind(), "request refused");
         } else {
-            tracing::warn!(error = %e, %method, %path, route = route.kind(), "request failed");
+            tracing::warn!(error = %e, %trace_id, %span_id, %method, %path, route = route.kind(), "request failed");
         }
         record_proxy_error(&app.metrics, &info, &route, &e);
         e.to_response().map(full)
@@ -334,7 +338,12 @@ fn record_proxy_error(metrics: &Metrics, info: &RequestInfo, route: &Route, e: &
     };
     match route {
         Route::Peer(_) | Route::Unavailable(_) => {
-            let (group, version, resource) = gvr_labels(info);
+            // A GVR that no server is known to serve comes from the client's path alone:
+            // labelled as no GVR, so made-up paths cannot add series.
+            let (group, version, resource) = match e {
+                ProxyError::SurfaceUnknown { .. } => Default::default(),
+                _ => gvr_labels(info),
+            };
             metrics
                 .peer_proxy_errors
                 .get_or_create(&PeerErrorLabels {

@@ -106,7 +106,7 @@ pub(crate) fn server(
 ) -> RequestSpan {
     let span = RequestSpan::server(headers, || span_name(method, info));
     if span.is_recording() {
-        let mut attrs = Vec::with_capacity(9);
+        let mut attrs = Vec::with_capacity(10);
         attrs.extend([
             KeyValue::new("http.request.method", method_value(method)),
             KeyValue::new("url.path", uri.path().to_owned()),
@@ -114,6 +114,11 @@ pub(crate) fn server(
             KeyValue::new("server.port", listener.port.clone()),
             KeyValue::new("mvproxy.server_id", listener.server_id.clone()),
         ]);
+        // The low-cardinality path template (OpenTelemetry HTTP semantic conventions'
+        // `http.route`), the one in the span's name.
+        if let Some(route) = info.route_template() {
+            attrs.push(KeyValue::new("http.route", route));
+        }
         if let RequestInfo::Resource(r) = info {
             attrs.push(KeyValue::new("k8s.api.group", r.gvr.group.clone()));
             attrs.push(KeyValue::new("k8s.api.version", r.gvr.version.clone()));

@@ -147,6 +147,9 @@ fn families_with_known_label_values_are_on_metrics_from_the_start_at_zero() {
         "mvproxy_discovery_cache_lookups_total{result=\"hit\"} 0",
         "mvproxy_discovery_cache_lookups_total{result=\"miss\"} 0",
         "mvproxy_discovery_merges_total{result=\"miss\"} 0",
+        "mvproxy_discovery_cache_lookup_duration_seconds_count{result=\"miss\"} 0",
+        "mvproxy_peer_proxy_errors_total{type=\"endpoint_resolution\",group=\"\",version=\"\",resource=\"\"} 0",
+        "mvproxy_request_duration_seconds_count{route=\"local\",peer=\"\"} 0",
     ] {
         assert!(text.contains(line), "missing {line:?} in\n{text}");
     }

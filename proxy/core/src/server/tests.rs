@@ -79,6 +79,44 @@ async fn a_gvr_only_a_never_reached_peer_could_serve_is_a_retryable_503() {
     );
 }
 
+/// The sample lines of a scrape (series), without comments.
+fn series(scrape: &str) -> Vec<&str> {
+    scrape
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .collect()
+}
+
+#[tokio::test]
+async fn ten_thousand_made_up_paths_add_no_series() {
+    let h = Harness::new(&["apiserver-b"], Limits::default());
+    h.fetched("apiserver-a", Ok(view(&[PODS])));
+    let (status, _, _) = send(&h, get("/apis/made-up-0.example/v1/namespaces/x/things0")).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    let first = h.scrape();
+    let before: Vec<String> = series(&first)
+        .iter()
+        .map(|l| l.rsplit_once(' ').map_or(*l, |(k, _)| k).to_owned())
+        .collect();
+    for i in 1..10_000 {
+        let path = format!("/apis/made-up-{i}.example/v{i}/namespaces/n{i}/things{i}/o{i}");
+        let (status, _, _) = send(&h, get(&path)).await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{path}");
+    }
+    let scrape = h.scrape();
+    let after: Vec<String> = series(&scrape)
+        .iter()
+        .map(|l| l.rsplit_once(' ').map_or(*l, |(k, _)| k).to_owned())
+        .collect();
+    assert_eq!(before, after, "the same series, only their values grew");
+    assert!(
+        scrape.contains(
+            r#"mvproxy_peer_proxy_errors_total{type="endpoint_resolution",group="",version="",resource=""} 10000"#
+        ),
+        "{scrape}"
+    );
+}
+
 #[tokio::test]
 async fn get_apis_is_answered_with_every_servers_groups_merged() {
     let h = Harness::new(&["apiserver-b"], Limits::default());
