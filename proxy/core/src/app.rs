@@ -206,6 +206,7 @@ pub async fn start(config: &Config, sockets: Sockets) -> Result<Running, StartEr
         metrics,
         limits: config.limits,
         readiness: readiness.clone(),
+        openapi: crate::openapi::OpenApi::new(config.limits.max_discovery_document_bytes),
     });
     let admin = Admin {
         cache: cache.clone(),

@@ -11,6 +11,8 @@
 //! - [`classify`]: the path as kube-apiserver's RequestInfo reads it;
 //! - [`discovery`]: what each server serves (fetch, refresh, the routing snapshot, merge);
 //! - [`route`]: the decision, a pure function of the request and the snapshot;
+//! - [`openapi`]: `/openapi/v3` and `/openapi/v2` across the skew (documents routed by their
+//!   group-version, the index and v2 merged once per snapshot);
 //! - [`identity`]: what the API servers are told about who the client is;
 //! - [`forward`]: streaming the request to the chosen upstream and its answer back;
 //! - [`error`]: every failure mvproxy answers itself, as a Kubernetes `Status`;
@@ -50,6 +52,7 @@ pub(crate) mod h2pool;
 pub mod identity;
 pub mod kubeconfig;
 pub mod limits;
+pub mod openapi;
 pub mod peers;
 pub mod readiness;
 pub mod route;

@@ -151,6 +151,7 @@ impl Harness {
             metrics,
             limits,
             readiness,
+            openapi: crate::openapi::OpenApi::new(limits.max_discovery_document_bytes),
         });
         Self {
             app,
