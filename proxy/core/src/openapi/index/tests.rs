@@ -67,3 +67,29 @@ fn encoded_as_kube_openapi_writes_it() {
         "\"DDAF35A193617ABACC417349AE20413112E6FA4E89A97EA20A9EEEE64B55D39A2192992A274FC1A836BA3C23A3FEEBBD454D4423643CE80E2A9AC94FA54CA49F\""
     );
 }
+
+/// The real 1.36.3 index as a peer's, merged into a local index without
+/// `scheduling.k8s.io/v1alpha2`: that entry comes back as the peer wrote it, nothing else.
+#[test]
+fn a_real_index_entry_only_the_peer_has() {
+    let path = format!(
+        "{}/../../fixtures/openapi/kube-apiserver-1.36.3/openapi_v3.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let peer: Index =
+        serde_json::from_slice(&std::fs::read(&path).expect("fixture")).expect("an index");
+    let key = "apis/scheduling.k8s.io/v1alpha2";
+    assert!(peer.paths.contains_key(key));
+    let mut local = peer.clone();
+    local.paths.remove(key);
+    let merged = merge(&local, &[("b".into(), peer.clone())], |doc, _| {
+        doc.group_version() == ("scheduling.k8s.io", Some("v1alpha2"))
+    });
+    assert_eq!(merged, peer);
+    let (body, _) = encode(&peer);
+    assert_eq!(
+        body,
+        std::fs::read(&path).expect("fixture"),
+        "written byte for byte as kube-openapi writes it"
+    );
+}

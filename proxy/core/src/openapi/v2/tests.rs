@@ -208,3 +208,118 @@ fn protobuf_merge_appends_the_selected_entries_to_the_local_document() {
     let local_names = Names::of_protobuf(&merged).expect("decodes");
     assert!(local_names.definitions.contains("Workload"));
 }
+
+fn fixture(name: &str) -> Vec<u8> {
+    let path = format!(
+        "{}/../../fixtures/openapi/kube-apiserver-1.36.3/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+fn is_v1alpha2(doc: &DocPath) -> bool {
+    doc.group_version() == ("scheduling.k8s.io", Some("v1alpha2"))
+}
+
+/// The real 1.36.3 document as JSON and as protobuf list the same paths, definitions and
+/// parameters: the gnostic field numbers read here are the ones kube-openapi writes.
+#[test]
+fn a_real_protobuf_document_names_what_its_json_names() {
+    let json: Value = serde_json::from_slice(&fixture("openapi_v2.json")).expect("JSON");
+    let from_pb = Names::of_protobuf(&fixture("openapi_v2.pb")).expect("protobuf");
+    let from_json = Names::of_json(&json);
+    assert!(from_json.paths.len() > 100, "{}", from_json.paths.len());
+    assert_eq!(from_pb.paths, from_json.paths);
+    assert_eq!(from_pb.definitions, from_json.definitions);
+    assert_eq!(from_pb.parameters, from_json.parameters);
+}
+
+/// A local document without `scheduling.k8s.io/v1alpha2` (as 1.35 has none) merged with the
+/// real 1.36.3 one: every v1alpha2 path and what it references come in, in both formats, and
+/// the protobuf entries are the real document's bytes.
+#[test]
+fn a_real_group_version_merged_into_a_document_without_it() {
+    let peer_json: Value = serde_json::from_slice(&fixture("openapi_v2.json")).expect("JSON");
+    let peer_pb = Bytes::from(fixture("openapi_v2.pb"));
+    let mut local_json = peer_json.clone();
+    let paths = local_json["paths"].as_object_mut().expect("paths");
+    paths.retain(|p, _| !doc_of_path(p).is_some_and(|d| is_v1alpha2(&d)));
+    let defs = local_json["definitions"]
+        .as_object_mut()
+        .expect("definitions");
+    defs.retain(|d, _| !d.starts_with("io.k8s.api.scheduling.v1alpha2."));
+    let local_names = Names::of_json(&local_json);
+    let sel = select(&local_names, &[("b".into(), &peer_json)], |d, _| {
+        is_v1alpha2(d)
+    });
+    assert!(
+        sel[0]
+            .paths
+            .contains("/apis/scheduling.k8s.io/v1alpha2/namespaces/{namespace}/workloads/{name}")
+    );
+    assert!(
+        sel[0]
+            .definitions
+            .contains("io.k8s.api.scheduling.v1alpha2.WorkloadSpec")
+    );
+    assert!(
+        sel[0]
+            .definitions
+            .iter()
+            .all(|d| d.starts_with("io.k8s.api.scheduling.v1alpha2.")),
+        "only what the local document lacks: {:?}",
+        sel[0].definitions
+    );
+    let mut merged = local_json.clone();
+    merge_json(&mut merged, &[(&peer_json, &sel[0])]);
+    assert_eq!(
+        merged, peer_json,
+        "the local document plus v1alpha2 is the whole one"
+    );
+
+    // The same in protobuf: a local document with the same entries, then the merge.
+    let parts = proto::Parts::decode(&peer_pb).expect("protobuf");
+    let keep = |l: &[proto::Named], names: &HashSet<String>| -> Vec<proto::Named> {
+        l.iter()
+            .filter(|n| names.contains(&n.name))
+            .cloned()
+            .collect()
+    };
+    let local_pb = proto::Parts {
+        paths: Some(proto::Paths {
+            path: keep(
+                &parts.paths.as_ref().expect("paths").path,
+                &local_names.paths,
+            ),
+        }),
+        definitions: Some(proto::NamedList {
+            additional_properties: keep(
+                &parts
+                    .definitions
+                    .as_ref()
+                    .expect("definitions")
+                    .additional_properties,
+                &local_names.definitions,
+            ),
+        }),
+        parameters: parts.parameters.clone(),
+    }
+    .encode();
+    let merged_pb =
+        merge_protobuf(&Bytes::from(local_pb), &[(peer_pb.clone(), &sel[0])]).expect("merge");
+    let merged_names = Names::of_protobuf(&merged_pb).expect("decodes as one document");
+    let whole = Names::of_json(&peer_json);
+    assert_eq!(merged_names.paths, whole.paths);
+    assert_eq!(merged_names.definitions, whole.definitions);
+    let workload = |doc: &[u8]| {
+        proto::Parts::decode(doc)
+            .expect("protobuf")
+            .definitions
+            .expect("definitions")
+            .additional_properties
+            .into_iter()
+            .find(|n| n.name == "io.k8s.api.scheduling.v1alpha2.Workload")
+            .expect("Workload")
+    };
+    assert_eq!(workload(&merged_pb), workload(&peer_pb));
+}
