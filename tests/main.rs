@@ -17,6 +17,7 @@ mod limits;
 mod manifests;
 mod metrics;
 mod observability;
+mod openapi;
 mod peer_sources;
 mod readiness;
 mod readme;

@@ -37,7 +37,7 @@ fuzz_target!(|data: &[u8]| {
                 assert!(snap.peers_serving(&r.gvr).contains(p), "{r:?} → {p}");
             }
         }
-        RequestInfo::Discovery(_) => {}
+        RequestInfo::Discovery(_) | RequestInfo::OpenApi(_) => {}
     }
     let mut proxied = http::HeaderMap::new();
     proxied.insert(PEER_PROXIED, http::HeaderValue::from_static("true"));

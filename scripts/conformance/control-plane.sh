@@ -240,6 +240,10 @@ WATCH_MS=?
 check "watch via mvproxy A across the peer hop" "ADDED then DELETED of an object created straight on B, each within 10 s" watch_hop
 record "watch latency (measured)" PASS "ADDED seen ${WATCH_MS} ms after kubectl create returned"
 
+# ---- OpenAPI across the skew: kubectl explain and apply through either proxy ----------------
+# shellcheck source=openapi.sh
+. "$here/openapi.sh"
+
 # ---- no watch event lost across a restart (issue 13 §5) -------------------------------------
 # kubectl get -w through mvproxy while a component on the watch's path restarts: the peer's
 # mvproxy B' (watch across the hop), the API server B serving it, the client's own mvproxy A'

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Captures the discovery fixtures in fixtures/discovery/kube-apiserver-<version>/ from real,
+# Captures the discovery fixtures in fixtures/discovery/kube-apiserver-<version>/ (and the OpenAPI
+# ones in fixtures/openapi/kube-apiserver-<version>/) from real,
 # unmodified kube-apiservers (v1.35.4 and v1.36.3, see build.sh), started by lib.sh against one
 # etcd with --runtime-config=api/all=true. fixtures/discovery/README.md describes the files.
 #
@@ -58,6 +59,14 @@ capture_local() {
     get "$ip" "/apis/$gv" application/json "$dir/legacy/apis/$gv.json" any
   done
   get "$ip" /version application/json "$dir/version.json"
+  # OpenAPI (fixtures/openapi/kube-apiserver-<version>/): the v3 index, and v2 as JSON and as
+  # the protobuf kubectl 1.27 asks for.
+  local oa
+  oa="$(dirname "$(dirname "$dir")")/openapi/$(basename "$dir")"
+  rm -rf "$oa"
+  get "$ip" /openapi/v3 application/json "$oa/openapi_v3.json"
+  get "$ip" /openapi/v2 application/json "$oa/openapi_v2.json"
+  get "$ip" /openapi/v2 'application/com.github.proto-openapi.spec.v2@v1.0+protobuf' "$oa/openapi_v2.pb"
 }
 
 cp_init

@@ -73,6 +73,16 @@ pub mod values {
     /// Not found, or rebuilt.
     pub const MISS: &str = "miss";
 
+    /// `document` of the OpenAPI merge families: the merged `/openapi/v3` index.
+    pub const OPENAPI_V3_INDEX: &str = "v3_index";
+    /// The merged `/openapi/v2` as JSON.
+    pub const OPENAPI_V2_JSON: &str = "v2_json";
+    /// The merged `/openapi/v2` as protobuf (gnostic's `openapi.v2.Document`).
+    pub const OPENAPI_V2_PROTOBUF: &str = "v2_protobuf";
+    /// Every `document` of the OpenAPI merge families.
+    pub const OPENAPI_DOCUMENTS: [&str; 3] =
+        [OPENAPI_V3_INDEX, OPENAPI_V2_JSON, OPENAPI_V2_PROTOBUF];
+
     /// `hit` or `miss`.
     pub fn result(hit: bool) -> &'static str {
         if hit { HIT } else { MISS }
@@ -153,6 +163,22 @@ pub struct RouteLabels {
 pub struct ResultLabels {
     /// The `result` label.
     pub result: &'static str,
+}
+
+/// `document` and `result` of `mvproxy_openapi_merges_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OpenApiMergeLabels {
+    /// The `document` label (`values::OPENAPI_DOCUMENTS`).
+    pub document: &'static str,
+    /// The `result` label: `hit` from the snapshot's cache, `miss` when fetched and merged.
+    pub result: &'static str,
+}
+
+/// `document` label alone.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DocumentLabels {
+    /// The `document` label (`values::OPENAPI_DOCUMENTS`).
+    pub document: &'static str,
 }
 
 /// `peer` label alone.
@@ -252,6 +278,12 @@ pub struct Metrics {
     pub merges: Family<ResultLabels, Counter>,
     /// `mvproxy_discovery_merge_duration_seconds`.
     pub merge_duration: Histogram,
+    /// `mvproxy_openapi_merges_total`: merged OpenAPI documents served, by document, from
+    /// the snapshot's cache or fetched and merged.
+    pub openapi_merges: Family<OpenApiMergeLabels, Counter>,
+    /// `mvproxy_openapi_merge_duration_seconds`: fetching the servers' documents and merging
+    /// them, by document.
+    pub openapi_merge_duration: HistogramFamily<DocumentLabels>,
     /// `mvproxy_peer_discovery_fetch_duration_seconds`.
     pub peer_fetch_duration: HistogramFamily<PeerLabels>,
     /// `mvproxy_peer_up`: 1 if the last discovery fetch of the peer succeeded.
@@ -279,6 +311,8 @@ impl Metrics {
             cache_lookup_duration: Family::new_with_constructor(fast_histogram),
             merges: Family::default(),
             merge_duration: fast_histogram(),
+            openapi_merges: Family::default(),
+            openapi_merge_duration: Family::new_with_constructor(fetch_histogram),
             peer_fetch_duration: Family::new_with_constructor(fetch_histogram),
             peer_up: Family::default(),
             discovery_resources: Family::default(),
@@ -344,6 +378,17 @@ impl Metrics {
             Unit::Seconds,
             m.merge_duration.clone(),
         );
+        r.register(
+            "openapi_merges",
+            "Merged OpenAPI documents (/openapi/v3, /openapi/v2) served: hit from the snapshot's cache, miss when fetched and merged",
+            m.openapi_merges.clone(),
+        );
+        r.register_with_unit(
+            "openapi_merge_duration",
+            "Time to fetch the servers' OpenAPI documents and merge them",
+            Unit::Seconds,
+            m.openapi_merge_duration.clone(),
+        );
         r.register_with_unit(
             "peer_discovery_fetch_duration",
             "Time to fetch one server's discovery (/api and /apis)",
@@ -378,6 +423,11 @@ impl Metrics {
                 .cache_lookup_duration
                 .get_or_create(&ResultLabels { result });
             let _ = m.merges.get_or_create(&ResultLabels { result });
+            for document in values::OPENAPI_DOCUMENTS {
+                let _ = m
+                    .openapi_merges
+                    .get_or_create(&OpenApiMergeLabels { document, result });
+            }
         }
         // No GVR: what a peer error of a GVR no server is known to serve counts under.
         for ty in [values::ENDPOINT_RESOLUTION, values::PROXY_TRANSPORT] {

@@ -208,6 +208,7 @@ pub async fn start(config: &Config, sockets: Sockets) -> Result<Running, StartEr
         metrics,
         limits: config.limits,
         skew_clients: skew_clients.clone(),
+        openapi: crate::openapi::OpenApi::new(config.limits.max_discovery_document_bytes),
     });
     let admin = Admin {
         cache: cache.clone(),

@@ -78,6 +78,9 @@ pub enum RequestInfo {
     Resource(ResourceRequest),
     /// A discovery document.
     Discovery(DiscoveryPath),
+    /// An OpenAPI document (`/openapi/v2`, `/openapi/v3`, `/openapi/v3/apis/{group}/{version}`):
+    /// non-resource to upstream, routed by its group-version here (`crate::classify::openapi`; merged and routed by `crate::openapi`).
+    OpenApi(openapi::OpenApiPath),
     /// Anything else (`/healthz`, `/version`, …).
     NonResource,
 }
@@ -129,6 +132,9 @@ pub enum DiscoveryPath {
 /// `path` is the URI path (percent-encoded as received), `query` the raw query
 /// string without '?'.
 pub fn classify(method: &Method, path: &str, query: Option<&str>) -> RequestInfo {
+    if let Some(openapi) = openapi::OpenApiPath::parse(path) {
+        return RequestInfo::OpenApi(openapi);
+    }
     let query = query.unwrap_or("");
     let Some(decoded) = request_path(path, query) else {
         return RequestInfo::NonResource;
@@ -222,6 +228,7 @@ impl RequestInfo {
     pub fn route_template(&self) -> Option<&'static str> {
         match self {
             RequestInfo::NonResource => None,
+            RequestInfo::OpenApi(path) => Some(path.route_template()),
             RequestInfo::Discovery(path) => Some(match path {
                 DiscoveryPath::Api => "/api",
                 DiscoveryPath::Apis => "/apis",
@@ -559,6 +566,8 @@ fn hex_value(b: u8) -> Option<u8> {
         _ => None,
     }
 }
+
+pub mod openapi;
 
 #[cfg(test)]
 mod tests;

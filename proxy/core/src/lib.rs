@@ -13,6 +13,8 @@
 //! - [`classify`]: the path as kube-apiserver's RequestInfo reads it;
 //! - [`discovery`]: what each server serves (fetch, refresh, the routing snapshot, merge);
 //! - [`route`]: the decision, a pure function of the request and the snapshot;
+//! - [`openapi`]: `/openapi/v3` and `/openapi/v2` across the skew (documents routed by their
+//!   group-version, the index and v2 merged once per snapshot);
 //! - [`identity`]: what the API servers are told about who the client is;
 //! - [`skew`]: which clients use GVRs that not every server serves, and on which side of the
 //!   upgrade (`mvproxy_skew_requests_total`, `/debug/clients`); `spans`: the trace of it;
@@ -46,6 +48,7 @@ pub mod error;
 pub mod identity;
 pub mod kubeconfig;
 pub mod limits;
+pub mod openapi;
 pub mod peers;
 pub mod plumbing;
 pub mod route;

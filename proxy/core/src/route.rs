@@ -71,6 +71,8 @@ pub enum Route {
     Discovery(MergedFormat),
     /// Answer with this error; never a false 404.
     Unavailable(ProxyError),
+    /// Answer with a merged OpenAPI document (`crate::openapi`).
+    OpenApi(openapi::Merged),
 }
 
 impl Route {
@@ -79,7 +81,7 @@ impl Route {
         match self {
             Self::Local(_) => values::ROUTE_LOCAL,
             Self::Peer(_) => values::ROUTE_PEER,
-            Self::Discovery(_) => values::ROUTE_DISCOVERY,
+            Self::Discovery(_) | Self::OpenApi(_) => values::ROUTE_DISCOVERY,
             Self::Unavailable(_) => values::ROUTE_PEER,
         }
     }
@@ -89,7 +91,7 @@ impl Route {
         match self {
             Self::Local(r) => r.as_str(),
             Self::Peer(_) | Self::Unavailable(_) => values::REASON_PEER_ONLY,
-            Self::Discovery(_) => values::REASON_NON_RESOURCE,
+            Self::Discovery(_) | Self::OpenApi(_) => values::REASON_NON_RESOURCE,
         }
     }
 }
@@ -119,6 +121,15 @@ pub fn decide(
                 return Route::Local(LocalReason::NonResource);
             }
             decide_discovery(path, headers, snap, pick)
+        }
+        RequestInfo::OpenApi(path) => {
+            if already_proxied {
+                return Route::Local(LocalReason::AlreadyProxied);
+            }
+            if !snap.synced() {
+                return Route::Local(LocalReason::NotSynced);
+            }
+            openapi::decide(path, method, snap, pick)
         }
         RequestInfo::Resource(req) => {
             if already_proxied {
@@ -165,7 +176,8 @@ fn decide_peer(
     Route::Peer(up[i].clone())
 }
 
-fn choose_up(
+/// A random one of `capable` that is up, or a `503` naming them (and `what`) when none is.
+pub(crate) fn choose_up(
     what: String,
     capable: &[ServerName],
     snap: &Snapshot,
@@ -244,6 +256,8 @@ fn decide_discovery(
     };
     choose_up(what, &capable, snap, pick)
 }
+
+pub mod openapi;
 
 #[cfg(test)]
 mod tests;

@@ -61,6 +61,8 @@ pub(crate) struct App {
     pub limits: Limits,
     /// Who uses the GVRs of the skew (`mvproxy_skew_requests_total`, `/debug/clients`).
     pub skew_clients: Arc<SkewClients>,
+    /// The merged OpenAPI documents of the current snapshot (`crate::openapi`).
+    pub openapi: crate::openapi::OpenApi,
 }
 
 /// Handles one request from a client with `identity`: classify → look up and decide →
@@ -141,7 +143,7 @@ where
 /// Step 3: where the decision sends the request.
 async fn respond<B>(
     app: &App,
-    snap: &Snapshot,
+    snap: &Arc<Snapshot>,
     span: &RequestSpan,
     info: &RequestInfo,
     route: &Route,
@@ -163,6 +165,16 @@ where
         }
         Route::Discovery(format) => {
             match merged_discovery(app, snap, span, *format, req.headers()) {
+                Some(resp) => Ok(resp),
+                None => forward(&app.local, req, span, info, None).await,
+            }
+        }
+        Route::OpenApi(doc) => {
+            let merged = app
+                .openapi
+                .serve(&app.local, snap, span, &app.metrics, *doc, req.headers())
+                .await;
+            match merged {
                 Some(resp) => Ok(resp),
                 None => forward(&app.local, req, span, info, None).await,
             }
@@ -354,7 +366,7 @@ fn record_proxy_error(metrics: &Metrics, info: &RequestInfo, route: &Route, e: &
                 })
                 .inc();
         }
-        Route::Local(_) | Route::Discovery(_) => {
+        Route::Local(_) | Route::Discovery(_) | Route::OpenApi(_) => {
             metrics
                 .local_proxy_errors
                 .get_or_create(&TypeLabels { r#type: ty })

@@ -152,6 +152,7 @@ impl Harness {
             metrics,
             limits,
             skew_clients,
+            openapi: crate::openapi::OpenApi::new(limits.max_discovery_document_bytes),
         });
         Self {
             app,

@@ -155,7 +155,8 @@ impl std::fmt::Debug for Upstream {
 const DISCOVERY_USER: &str = "system:apiserver";
 const DISCOVERY_GROUP: &str = "system:authenticated";
 
-fn discovery_identity(headers: &mut HeaderMap) {
+/// Sets the identity headers of mvproxy's own reads (discovery, OpenAPI).
+pub(crate) fn discovery_identity(headers: &mut HeaderMap) {
     headers.insert("x-remote-user", HeaderValue::from_static(DISCOVERY_USER));
     headers.insert("x-remote-uid", HeaderValue::from_static(DISCOVERY_USER));
     headers.insert("x-remote-group", HeaderValue::from_static(DISCOVERY_GROUP));

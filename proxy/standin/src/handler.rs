@@ -130,6 +130,13 @@ async fn route(shared: &Shared, guard: TaskGuard, req: Request<Incoming>) -> Res
         ["apis", group, version, rest @ ..] => {
             resource_request(shared, guard, req, group, version, rest).await
         }
+        ["openapi", "v2"] if is_read => shared.openapi.v2(req.headers()),
+        ["openapi", "v3"] if is_read => shared.openapi.index(req.headers()),
+        ["openapi", "v3", rest @ ..] if is_read => {
+            shared
+                .openapi
+                .document(&rest.join("/"), req.uri().query(), req.headers())
+        }
         _ => respond::page_not_found(),
     }
 }

@@ -32,6 +32,7 @@ mod discovery;
 mod documents;
 mod handler;
 mod input;
+mod openapi;
 mod protobuf;
 mod respond;
 mod store;
@@ -109,6 +110,7 @@ struct Shared {
     git_version: String,
     catalog: Catalog,
     documents: Documents,
+    openapi: openapi::OpenApiDocs,
     store: Store,
     requests: Mutex<Vec<RecordedRequest>>,
     shutdown: watch::Receiver<bool>,
@@ -158,11 +160,13 @@ impl StandIn {
             self.legacy_only,
             addr,
         );
+        let openapi = openapi::OpenApiDocs::new(&catalog, &self.name);
         let shared = Arc::new(Shared {
             name: header_value(&self.name),
             git_version: self.git_version,
             catalog,
             documents,
+            openapi,
             store: Store::default(),
             requests: Mutex::new(Vec::new()),
             shutdown: shutdown_rx,

@@ -190,7 +190,11 @@ fn discovery_paths() {
         (GET, "/apis/apps//", NON),
         (GET, "/apis//v1", NON),
         (GET, "/healthz", NON),
-        (GET, "/openapi/v2", NON),
+        (
+            GET,
+            "/openapi/v2",
+            RequestInfo::OpenApi(crate::classify::openapi::OpenApiPath::V2),
+        ),
         (GET, "/version", NON),
         (GET, "/apiss/apps/v1/deployments", NON),
         (GET, "/API/v1/pods", NON),

@@ -422,6 +422,11 @@ impl Snapshot {
             .collect()
     }
 
+    /// Every peer's entry, in name order.
+    pub fn peers(&self) -> impl Iterator<Item = (&ServerName, &PeerEntry)> {
+        self.peers.iter()
+    }
+
     /// A peer's entry.
     pub fn peer(&self, name: &ServerName) -> Option<&PeerEntry> {
         self.peers.get(name)

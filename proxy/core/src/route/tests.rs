@@ -80,13 +80,46 @@ fn two_servers() -> Snapshot {
 #[test]
 fn non_resource_goes_local() {
     let s = two_servers();
-    for p in ["/healthz", "/version", "/openapi/v3", "/metrics", "/"] {
+    for p in [
+        "/healthz",
+        "/version",
+        "/openapi/v3/version",
+        "/metrics",
+        "/",
+    ] {
         assert_eq!(
             route(&s, Method::GET, p, &[]),
             Route::Local(LocalReason::NonResource),
             "{p}"
         );
     }
+}
+
+#[test]
+fn openapi_across_the_skew_is_merged_or_routed_by_group_version() {
+    let s = two_servers();
+    assert_eq!(
+        route(&s, Method::GET, "/openapi/v3", &[]),
+        Route::OpenApi(crate::route::openapi::Merged::V3Index)
+    );
+    assert_eq!(
+        route(
+            &s,
+            Method::GET,
+            "/openapi/v3/apis/flowcontrol.apiserver.k8s.io/v1beta3",
+            &[]
+        ),
+        Route::Peer("apiserver-b".into())
+    );
+    assert_eq!(
+        route(
+            &s,
+            Method::GET,
+            "/openapi/v3/apis/resource.k8s.io/v1beta2",
+            &[]
+        ),
+        Route::Local(LocalReason::ServedLocally)
+    );
 }
 
 #[test]
