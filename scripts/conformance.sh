@@ -6,6 +6,8 @@
 #
 #   control-plane   two real kube-apiserver releases and etcd; mvproxy against upstream's own
 #                   Mixed Version Proxy (scripts/conformance/control-plane.sh)
+#   peer-failures   one of two servers of a GVR killed, stopped, cut off: what clients see
+#                   through mvproxy and through upstream's proxy (scripts/conformance/peer-failures.sh)
 #   telemetry-pack  the observability pack live: collector, Jaeger, Prometheus, dashboards,
 #                   rules, traces, tail sampling (scripts/conformance/telemetry-pack.sh)
 #
@@ -14,7 +16,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
-parts=(control-plane telemetry-pack)
+parts=(control-plane peer-failures telemetry-pack)
 [ $# -gt 0 ] && parts=("$@")
 
 export CONFORMANCE_OUT=${CONFORMANCE_OUT:-$root/target/conformance}

@@ -16,6 +16,7 @@ mod identity;
 mod limits;
 mod metrics;
 mod observability;
+mod peer_failures;
 mod peer_sources;
 mod readiness;
 mod real_discovery;

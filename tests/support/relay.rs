@@ -1,6 +1,7 @@
 //! A TCP relay in front of a server that can be told to stall: from then on, nothing more
 //! that clients send reaches the server (on connections old and new), and so no answer
-//! comes back. A peer that accepts connections and then hangs, as a wedged API server does.
+//! comes back. A peer that accepts connections and then hangs, as a wedged API server does;
+//! told to resume, it forwards what it held, as a stopped process that continues reads it.
 //!
 //! A relay can also be bound before its server exists ([`Relay::bind`]): two `mvproxy`
 //! processes that are each other's peer cannot both learn the other's address from its
@@ -78,6 +79,12 @@ impl Relay {
     /// Stops forwarding what clients send.
     pub fn stall(&self) {
         self.stalled.send_replace(true);
+    }
+
+    /// Forwards again, what was held first (a stopped process continued: what its clients
+    /// sent meanwhile is read then).
+    pub fn resume(&self) {
+        self.stalled.send_replace(false);
     }
 }
 

@@ -555,6 +555,7 @@ mod tests {
         Err(ProxyError::Timeout {
             upstream: crate::plumbing::ServerName::from("apiserver-a"),
             seconds: 60,
+            written: true,
         })
     }
 
