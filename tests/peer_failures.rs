@@ -42,9 +42,7 @@ fn args(peers: &[(&str, &str)], local: &str) -> Vec<String> {
 }
 
 fn lease_candidate(name: &str) -> Bytes {
-    Bytes::from(
-        object("coordination.k8s.io/v1beta1", "LeaseCandidate", name).to_string(),
-    )
+    Bytes::from(object("coordination.k8s.io/v1beta1", "LeaseCandidate", name).to_string())
 }
 
 async fn create(proxy: &Proxy, name: &str) -> Resp {
@@ -59,7 +57,9 @@ async fn create(proxy: &Proxy, name: &str) -> Resp {
 }
 
 async fn list(proxy: &Proxy) -> Resp {
-    get(&format!("{}{NEW_ONLY}", proxy.url()), &[]).await.unwrap()
+    get(&format!("{}{NEW_ONLY}", proxy.url()), &[])
+        .await
+        .unwrap()
 }
 
 async fn server(proxy: &Proxy, id: &str) -> Value {
@@ -110,15 +110,25 @@ async fn a_peer_that_refuses_connections_is_skipped_within_the_request_and_marke
         let r = create(&proxy, &format!("lc-{i}")).await;
         assert_eq!(r.status, StatusCode::CREATED, "create {i}: {}", r.text());
     }
-    assert_eq!(creates_at(&p2), ROUND, "each create once, on the server that took it");
+    assert_eq!(
+        creates_at(&p2),
+        ROUND,
+        "each create once, on the server that took it"
+    );
 
     // Marked without waiting for a refresh (an hour away), and said so where it is shown.
     let b = server(&proxy, "apiserver-b").await;
     assert_eq!(b["up"], false, "{b}");
     assert_eq!(b["state"], "suspect", "{b}");
     let m = metrics(&proxy).await;
-    assert!(m.contains(r#"mvproxy_peer_up{peer="apiserver-b"} 0"#), "{m}");
-    assert!(m.contains(r#"mvproxy_peer_up{peer="apiserver-c"} 1"#), "{m}");
+    assert!(
+        m.contains(r#"mvproxy_peer_up{peer="apiserver-b"} 0"#),
+        "{m}"
+    );
+    assert!(
+        m.contains(r#"mvproxy_peer_up{peer="apiserver-c"} 1"#),
+        "{m}"
+    );
 }
 
 #[tokio::test]
@@ -166,7 +176,10 @@ async fn a_hung_peer_costs_one_timeout_a_read_is_answered_elsewhere_and_it_comes
     }
     assert!(at_b > 0, "apiserver-b is chosen again once it answers");
     let m = metrics(&proxy).await;
-    assert!(m.contains(r#"mvproxy_peer_up{peer="apiserver-b"} 1"#), "{m}");
+    assert!(
+        m.contains(r#"mvproxy_peer_up{peer="apiserver-b"} 1"#),
+        "{m}"
+    );
 }
 
 #[tokio::test]
@@ -200,11 +213,18 @@ async fn a_write_that_timed_out_on_a_hung_peer_is_a_504_saying_it_may_have_been_
     to_p2.resume();
     let deadline = tokio::time::Instant::now() + PATIENCE;
     while creates_at(&p1) + creates_at(&p2) == 0 {
-        assert!(tokio::time::Instant::now() < deadline, "the write never landed");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the write never landed"
+        );
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-    assert_eq!(creates_at(&p1) + creates_at(&p2), 1, "sent once, never twice");
+    assert_eq!(
+        creates_at(&p1) + creates_at(&p2),
+        1,
+        "sent once, never twice"
+    );
 
     // A read that timed out is not such a case: it says nothing of the sort.
     to_p1.stall();

@@ -100,24 +100,27 @@ async fn relay(client: TcpStream, target: SocketAddr, mut stalled: watch::Receiv
     };
     let (mut client_r, mut client_w) = client.into_split();
     let (mut server_r, mut server_w) = server.into_split();
+    // The server's side stays open until the server is done with it (it closes, or its answer
+    // finds the client gone): a request it received while its client went away is still read
+    // and processed, as a server that continues after a stop processes what it had received.
     let upstream = async move {
         let mut buf = vec![0u8; 16 << 10];
         loop {
             let n = match client_r.read(&mut buf).await {
-                Ok(0) | Err(_) => return,
+                Ok(0) | Err(_) => return server_w,
                 Ok(n) => n,
             };
             // while stalled, hold what arrived (forever)
             if stalled.wait_for(|s| !*s).await.is_err() {
-                return;
+                return server_w;
             }
             if server_w.write_all(&buf[..n]).await.is_err() {
-                return;
+                return server_w;
             }
         }
     };
     let downstream = async move {
         let _ = tokio::io::copy(&mut server_r, &mut client_w).await;
     };
-    tokio::join!(upstream, downstream);
+    let (_server_w, ()) = tokio::join!(upstream, downstream);
 }

@@ -256,7 +256,10 @@ mod tests {
             v["message"].as_str().unwrap().to_owned()
         };
         let write = message(true);
-        assert!(write.contains("apiserver-b") && write.contains("may still have been applied"), "{write}");
+        assert!(
+            write.contains("apiserver-b") && write.contains("may still have been applied"),
+            "{write}"
+        );
         let read = message(false);
         assert!(!read.contains("applied"), "{read}");
     }

@@ -31,8 +31,6 @@ use crate::discovery::negotiate::{DiscoveryFormat, negotiate};
 use crate::discovery::types::CONTENT_TYPE_V2;
 use crate::discovery::{Cache, Snapshot};
 use crate::error::ProxyError;
-use crate::upstream::h1pool::head_of;
-use crate::upstream::{Failed, is_safe};
 use crate::identity::{Authenticator, ClientIdentity};
 use crate::limits::{self, LimitedBody, Limits};
 use crate::plumbing::ServerName;
@@ -41,6 +39,8 @@ use crate::route::{LocalReason, MergedFormat, Route, decide};
 use crate::skew::Readiness;
 use crate::spans;
 use crate::upstream::Upstream;
+use crate::upstream::h1pool::head_of;
+use crate::upstream::{Failed, is_safe};
 use crate::watch_end::{Framing, WatchBody};
 
 /// A client's request body as [`handle`] takes it: hyper's [`Incoming`](hyper::body::Incoming) on the listener.
@@ -173,7 +173,7 @@ where
 /// ([`Cache::suspect`]). A request goes on after nothing of it was written (no connection
 /// could be made), whatever it is; after it was written, only when it cannot change anything
 /// and has no body (`GET`, `HEAD`, `OPTIONS`, `TRACE`, as the pools' own replays decide,
-/// `crate::h1pool`): a write may have been applied by the server that failed, and must not be
+/// `crate::upstream::h1pool`): a write may have been applied by the server that failed, and must not be
 /// sent twice.
 async fn forward_to_peers<B>(
     app: &App,
@@ -198,8 +198,9 @@ where
     };
     // What a written request is sent again from: kept only for one that may be, and only
     // when there is somewhere else to send it.
-    let replay = (!others.is_empty() && is_safe(req.method()) && http_body::Body::is_end_stream(req.body()))
-        .then(|| head_of(&req));
+    let replay =
+        (!others.is_empty() && is_safe(req.method()) && http_body::Body::is_end_stream(req.body()))
+            .then(|| head_of(&req));
     let mut name = first;
     loop {
         // The snapshot that chose the peer knows how to reach it.
@@ -232,7 +233,7 @@ where
 
 /// A body-less request again, from its head.
 fn rebuild(head: &Request<()>) -> Request<Body> {
-    let mut req = Request::new(crate::forward::empty());
+    let mut req = Request::new(crate::plumbing::empty());
     *req.method_mut() = head.method().clone();
     *req.uri_mut() = head.uri().clone();
     *req.version_mut() = head.version();

@@ -265,7 +265,11 @@ impl Upstream {
 
     /// Forwards `req` (its path and query byte for byte) and returns the upstream's response.
     /// `peer_hop` adds the loop guard so the peer serves it locally.
-    pub async fn forward<B>(&self, req: Request<B>, peer_hop: bool) -> Result<Response<Body>, ProxyError>
+    pub async fn forward<B>(
+        &self,
+        req: Request<B>,
+        peer_hop: bool,
+    ) -> Result<Response<Body>, ProxyError>
     where
         B: http_body::Body<Data = Bytes> + Send + Sync + 'static,
         B::Error: Into<BoxError>,

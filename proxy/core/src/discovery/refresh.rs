@@ -883,9 +883,16 @@ mod tests {
         assert_eq!(up(&cache), ["c"], "out of the routing at once");
         assert_eq!(health(&cache, "b"), Some("suspect"));
         let shown = cache.servers()[1].error.as_ref().map(ToString::to_string);
-        assert!(shown.as_deref().is_some_and(|e| e.contains("Connection refused")), "{shown:?}");
         assert!(
-            tokio::time::timeout(Duration::ZERO, b_woken.notified()).await.is_ok(),
+            shown
+                .as_deref()
+                .is_some_and(|e| e.contains("Connection refused")),
+            "{shown:?}"
+        );
+        assert!(
+            tokio::time::timeout(Duration::ZERO, b_woken.notified())
+                .await
+                .is_ok(),
             "its refresher is woken to probe it"
         );
         // A failed probe keeps it suspect; the local server is never marked.

@@ -244,7 +244,7 @@ impl H2Pool {
             }
             Ok(None) => Dialed::Done,
             Err(e) => {
-                let why: Arc<str> = crate::forward::causes(e.as_ref()).into();
+                let why: Arc<str> = crate::plumbing::causes(e.as_ref()).into();
                 done.send_replace(Some(Dialed::Failed(why)));
                 return Err(e);
             }
