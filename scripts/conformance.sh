@@ -9,6 +9,8 @@
 #   deploy          the image (scripts/image.sh) and the manifests of deploy/kubernetes/ on two
 #                   real kube-apiserver releases: server-side dry-run, RBAC verb by verb, the
 #                   image's filesystem run as the static pod (scripts/conformance/deploy.sh)
+#   peer-failures   one of two servers of a GVR killed, stopped, cut off: what clients see
+#                   through mvproxy and through upstream's proxy (scripts/conformance/peer-failures.sh)
 #   telemetry-pack  the observability pack live: collector, Jaeger, Prometheus, dashboards,
 #                   rules, traces, tail sampling (scripts/conformance/telemetry-pack.sh)
 #
@@ -17,7 +19,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
-parts=(control-plane deploy telemetry-pack)
+parts=(control-plane deploy peer-failures telemetry-pack)
 [ $# -gt 0 ] && parts=("$@")
 
 export CONFORMANCE_OUT=${CONFORMANCE_OUT:-$root/target/conformance}

@@ -18,6 +18,7 @@ mod manifests;
 mod metrics;
 mod observability;
 mod openapi;
+mod peer_failures;
 mod peer_sources;
 mod readiness;
 mod readme;

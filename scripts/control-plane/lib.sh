@@ -69,7 +69,7 @@ cp_pki() {
   local server_ext="basicConstraints=CA:FALSE
 keyUsage=critical,digitalSignature,keyEncipherment
 extendedKeyUsage=serverAuth
-subjectAltName=DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local,DNS:localhost,IP:10.96.0.1,IP:127.0.0.1,IP:127.0.0.2,IP:127.0.0.3,IP:127.0.0.4,IP:192.0.2.2,IP:192.0.2.3"
+subjectAltName=DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local,DNS:localhost,IP:10.96.0.1,IP:127.0.0.1,IP:127.0.0.2,IP:127.0.0.3,IP:127.0.0.4,IP:192.0.2.2,IP:192.0.2.3,IP:192.0.2.4"
   local client_ext="basicConstraints=CA:FALSE
 keyUsage=critical,digitalSignature,keyEncipherment
 extendedKeyUsage=clientAuth"
@@ -110,12 +110,14 @@ cp_start_etcd() {
   return 1
 }
 
-# cp_start_apiserver NAME VERSION IP [mvp]: starts kube-apiserver VERSION in its own UTS
-# namespace with host name NAME, on IP:$CP_PORT. With "mvp", upstream's Mixed Version Proxy
-# is on (gate, --peer-ca-file, --peer-advertise-ip/port); without it, the peer proxy is not
-# built (it needs --peer-ca-file) but 1.36's gate stays at its default.
+# cp_start_apiserver NAME VERSION IP [mvp|""] [ARG...]: starts kube-apiserver VERSION in its
+# own UTS namespace with host name NAME, on IP:$CP_PORT. With "mvp", upstream's Mixed Version
+# Proxy is on (gate, --peer-ca-file, --peer-advertise-ip/port); without it, the peer proxy is
+# not built (it needs --peer-ca-file) but 1.36's gate stays at its default. ARGs are added to
+# the server's flags (the audit log of scripts/conformance/peer-failures.sh).
 cp_start_apiserver() {
   local name=$1 version=$2 ip=$3 mvp=${4:-} pki="$CP_DIR/pki" bin
+  shift $(($# < 4 ? $# : 4))
   bin=$(cp_apiserver_bin "$version")
   local args=(
     --etcd-servers "http://127.0.0.1:$CP_ETCD_PORT"
@@ -147,6 +149,7 @@ cp_start_apiserver() {
   if [ "$mvp" = mvp ]; then
     args+=(--peer-ca-file "$pki/ca.crt" --peer-advertise-ip "$ip" --peer-advertise-port "$CP_PORT")
   fi
+  args+=("$@")
   unshare --uts -- sh -c 'hostname "$1"; shift; exec "$@"' sh "$name" "$bin" "${args[@]}" \
     >"$CP_DIR/logs/$name-$version.log" 2>&1 &
   _cp_record "$name" $!

@@ -1,6 +1,7 @@
 //! A TCP relay in front of a server that can be told to stall: from then on, nothing more
 //! that clients send reaches the server (on connections old and new), and so no answer
-//! comes back. A peer that accepts connections and then hangs, as a wedged API server does.
+//! comes back. A peer that accepts connections and then hangs, as a wedged API server does;
+//! told to resume, it forwards what it held, as a stopped process that continues reads it.
 //!
 //! A relay can also be bound before its server exists ([`Relay::bind`]): two `mvproxy`
 //! processes that are each other's peer cannot both learn the other's address from its
@@ -79,6 +80,12 @@ impl Relay {
     pub fn stall(&self) {
         self.stalled.send_replace(true);
     }
+
+    /// Forwards again, what was held first (a stopped process continued: what its clients
+    /// sent meanwhile is read then).
+    pub fn resume(&self) {
+        self.stalled.send_replace(false);
+    }
 }
 
 impl Drop for Relay {
@@ -93,24 +100,27 @@ async fn relay(client: TcpStream, target: SocketAddr, mut stalled: watch::Receiv
     };
     let (mut client_r, mut client_w) = client.into_split();
     let (mut server_r, mut server_w) = server.into_split();
+    // The server's side stays open until the server is done with it (it closes, or its answer
+    // finds the client gone): a request it received while its client went away is still read
+    // and processed, as a server that continues after a stop processes what it had received.
     let upstream = async move {
         let mut buf = vec![0u8; 16 << 10];
         loop {
             let n = match client_r.read(&mut buf).await {
-                Ok(0) | Err(_) => return,
+                Ok(0) | Err(_) => return server_w,
                 Ok(n) => n,
             };
             // while stalled, hold what arrived (forever)
             if stalled.wait_for(|s| !*s).await.is_err() {
-                return;
+                return server_w;
             }
             if server_w.write_all(&buf[..n]).await.is_err() {
-                return;
+                return server_w;
             }
         }
     };
     let downstream = async move {
         let _ = tokio::io::copy(&mut server_r, &mut client_w).await;
     };
-    tokio::join!(upstream, downstream);
+    let (_server_w, ()) = tokio::join!(upstream, downstream);
 }

@@ -199,6 +199,7 @@ fn server_json(s: &ServerState) -> serde_json::Value {
         "url": s.url,
         "local": s.local,
         "up": s.up,
+        "state": s.health(),
         "error": s.error.as_ref().map(ToString::to_string),
         "last_fetch": s.last_fetch.and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok()).map(|d| d.as_secs_f64()),
         "gvrs": s.view.as_ref().map_or(0, |v| v.gvr_count()),

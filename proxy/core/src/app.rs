@@ -20,6 +20,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::admin::auth::{AdminAuth, Settings as AdminAuthSettings};
 use crate::admin::{self, Admin};
+use crate::bearer::BearerFile;
 use crate::config::{AdminSecurity, ClusterPeers, Config, Identity, Listeners, PeerReader, Peers};
 use crate::discovery::Cache;
 use crate::discovery::refresh::{PeerSpec, RefreshSettings, UpstreamFactory};
@@ -144,7 +145,7 @@ fn kube_source(
         kind: cluster.kind,
         api,
         token,
-        token_file,
+        token_file: token_file.map(BearerFile::new),
         self_name: config.server_id.clone(),
         self_addr: authority_with_port(&config.local),
         scheme: cluster.scheme.as_str(),
@@ -356,7 +357,7 @@ fn admin_security(
         local.clone(),
         AdminAuthSettings {
             always_allow: t.always_allow.clone(),
-            token_file: t.token.path(),
+            token_file: t.token.path().map(|p| Arc::new(BearerFile::new(p))),
             cache_ttl: t.cache_ttl,
         },
     );

@@ -61,12 +61,17 @@ pub enum ProxyError {
         cause: String,
     },
     /// The upstream accepted the connection but sent no response headers in time.
-    #[error("{upstream} did not answer within {seconds}s")]
+    #[error("{upstream} did not answer within {seconds}s{}", applied_note(*.written))]
     Timeout {
         /// The upstream.
         upstream: ServerName,
         /// `--response-header-timeout-seconds`.
         seconds: u64,
+        /// The request could change something (not `GET`, `HEAD`, `OPTIONS` or `TRACE`) and
+        /// was handed to the upstream: a server that resumes processes what it received, so
+        /// the client is told that it may have been applied (a hung API server, `SIGSTOP`ped
+        /// or paused, applies a create it read before it stopped once it runs again).
+        written: bool,
     },
     /// The snapshot that chose a peer has no upstream for it: an inconsistency inside
     /// mvproxy, not the client's fault. Retryable: the next request reads a newer snapshot.
@@ -103,6 +108,15 @@ pub enum ProxyError {
         /// `--max-connections`.
         limit: usize,
     },
+}
+
+/// What a `504` adds when the request may have changed something.
+fn applied_note(written: bool) -> &'static str {
+    if written {
+        "; the request was sent and may still have been applied: read the object before sending it again"
+    } else {
+        ""
+    }
 }
 
 impl ProxyError {
@@ -230,6 +244,27 @@ mod tests {
     }
 
     #[test]
+    fn a_timed_out_write_says_it_may_still_have_been_applied_and_a_read_does_not() {
+        let message = |written| {
+            let e = ProxyError::Timeout {
+                upstream: ServerName::from("apiserver-b"),
+                seconds: 10,
+                written,
+            };
+            let v: serde_json::Value = serde_json::from_slice(e.to_response().body()).unwrap();
+            assert_eq!(v["code"], 504);
+            v["message"].as_str().unwrap().to_owned()
+        };
+        let write = message(true);
+        assert!(
+            write.contains("apiserver-b") && write.contains("may still have been applied"),
+            "{write}"
+        );
+        let read = message(false);
+        assert!(!read.contains("applied"), "{read}");
+    }
+
+    #[test]
     fn each_error_maps_to_one_code_and_reason() {
         let up = ServerName::from("local");
         let cases = [
@@ -237,6 +272,7 @@ mod tests {
                 ProxyError::Timeout {
                     upstream: up.clone(),
                     seconds: 5,
+                    written: false,
                 },
                 504,
                 "Timeout",

@@ -41,6 +41,7 @@
 
 pub(crate) mod admin;
 pub mod app;
+pub mod bearer;
 pub mod classify;
 pub mod config;
 pub mod discovery;

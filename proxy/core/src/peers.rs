@@ -15,7 +15,6 @@
 //! discovery cache, which starts and stops fetching peers as they come and go.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -27,6 +26,7 @@ use mvproxy_telemetry::metrics::{Metrics, TypeLabels, values};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+use crate::bearer::BearerFile;
 use crate::discovery::Cache;
 use crate::discovery::refresh::PeerSpec;
 use crate::plumbing::ServerName;
@@ -78,8 +78,9 @@ pub struct KubeSource {
     pub kind: Kind,
     /// The API server the objects are read from (the local one).
     pub api: Upstream,
-    /// Bearer token file (a ServiceAccount token rotates, so it is read at every list).
-    pub token_file: Option<PathBuf>,
+    /// Bearer token file (a ServiceAccount token rotates: read again once a minute, off the
+    /// runtime, [`crate::bearer`]).
+    pub token_file: Option<BearerFile>,
     /// A fixed bearer token (from a kubeconfig).
     pub token: Option<String>,
     /// This server's lease name, skipped.
@@ -137,7 +138,7 @@ impl KubeSource {
     /// One list, then watch from its resourceVersion until the watch ends or [`RESYNC`].
     async fn list_and_watch(&self, cache: &Arc<Cache>) -> Result<(), WatchError> {
         let path = self.kind.collection();
-        let resp = self.api.open(path, self.headers()?).await?;
+        let resp = self.api.open(path, self.headers().await?).await?;
         if resp.status() != StatusCode::OK {
             return Err(WatchError::Status {
                 path: path.to_owned(),
@@ -166,7 +167,7 @@ impl KubeSource {
             "{path}&watch=1&allowWatchBookmarks=true&timeoutSeconds={}&resourceVersion={rv}",
             RESYNC.as_secs()
         );
-        let resp = self.api.open(&watch_path, self.headers()?).await?;
+        let resp = self.api.open(&watch_path, self.headers().await?).await?;
         if resp.status() != StatusCode::OK {
             return Err(WatchError::Status {
                 path: watch_path,
@@ -206,14 +207,16 @@ impl KubeSource {
         }
     }
 
-    fn headers(&self) -> Result<HeaderMap, WatchError> {
+    async fn headers(&self) -> Result<HeaderMap, WatchError> {
         let mut h = HeaderMap::new();
         h.insert(header::ACCEPT, HeaderValue::from_static("application/json"));
         let token = match (&self.token, &self.token_file) {
             (Some(t), _) => Some(t.clone()),
             (None, Some(file)) => Some(
-                std::fs::read_to_string(file)
-                    .map_err(|e| WatchError::Token(format!("{}: {e}", file.display())))?,
+                file.token()
+                    .await
+                    .map_err(|e| WatchError::Token(e.to_string()))?
+                    .to_string(),
             ),
             (None, None) => None,
         };

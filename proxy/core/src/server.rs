@@ -39,6 +39,8 @@ use crate::route::{LocalReason, MergedFormat, Route, decide};
 use crate::skew::SkewClients;
 use crate::spans;
 use crate::upstream::Upstream;
+use crate::upstream::h1pool::head_of;
+use crate::upstream::{Failed, is_safe};
 use crate::watch_end::{Framing, WatchBody};
 
 /// A client's request body as [`handle`] takes it: hyper's [`Incoming`](hyper::body::Incoming) on the listener.
@@ -155,18 +157,16 @@ where
 {
     let (req, body_limit) = limits::limit_body(req, info, app.limits.max_request_body_bytes)?;
     let result = match route {
-        Route::Local(_) => forward(&app.local, req, span, info, None).await,
-        Route::Peer(name) => {
-            // The snapshot that chose the peer knows how to reach it.
-            let peer = snap
-                .upstream(name)
-                .ok_or_else(|| ProxyError::PeerUpstreamMissing { peer: name.clone() })?;
-            forward(peer, req, span, info, Some(name)).await
-        }
+        Route::Local(_) => forward(&app.local, req, span, info, None)
+            .await
+            .map_err(|f| f.error),
+        Route::Peer(name) => forward_to_peers(app, snap, span, info, name, req).await,
         Route::Discovery(format) => {
             match merged_discovery(app, snap, span, *format, req.headers()) {
                 Some(resp) => Ok(resp),
-                None => forward(&app.local, req, span, info, None).await,
+                None => forward(&app.local, req, span, info, None)
+                    .await
+                    .map_err(|f| f.error),
             }
         }
         Route::OpenApi(doc) => {
@@ -176,7 +176,9 @@ where
                 .await;
             match merged {
                 Some(resp) => Ok(resp),
-                None => forward(&app.local, req, span, info, None).await,
+                None => forward(&app.local, req, span, info, None)
+                    .await
+                    .map_err(|f| f.error),
             }
         }
         Route::Unavailable(e) => Err(e.clone()),
@@ -184,24 +186,99 @@ where
     body_limit.explain(result)
 }
 
-/// One upstream attempt, in its own `CLIENT` span whose context the upstream receives.
-async fn forward<B>(
-    up: &Upstream,
-    mut req: Request<LimitedBody<B>>,
-    server_span: &RequestSpan,
+/// A peer-routed request: to `first`, and when a peer cannot be reached, or does not answer
+/// in time, to another that serves the resource and is up in `snap`, each at most once, within
+/// the same request. Each peer that fails so is marked suspect at once
+/// ([`Cache::suspect`]). A request goes on after nothing of it was written (no connection
+/// could be made), whatever it is; after it was written, only when it cannot change anything
+/// and has no body (`GET`, `HEAD`, `OPTIONS`, `TRACE`, as the pools' own replays decide,
+/// `crate::upstream::h1pool`): a write may have been applied by the server that failed, and must not be
+/// sent twice.
+async fn forward_to_peers<B>(
+    app: &App,
+    snap: &Snapshot,
+    span: &RequestSpan,
     info: &RequestInfo,
-    peer: Option<&ServerName>,
+    first: &ServerName,
+    req: Request<LimitedBody<B>>,
 ) -> Result<Response<Body>, ProxyError>
 where
     B: ClientBody,
     B::Error: Into<BoxError>,
 {
+    let mut req: Request<Body> = req.map(|b| b.map_err(Into::into).boxed());
+    // The other servers it may go to: those up that serve the resource.
+    let mut others: Vec<&ServerName> = match info {
+        RequestInfo::Resource(r) => snap
+            .serving(&r.gvr)
+            .map(|s| s.up.iter().filter(|p| *p != first).collect())
+            .unwrap_or_default(),
+        _ => Vec::new(),
+    };
+    // What a written request is sent again from: kept only for one that may be, and only
+    // when there is somewhere else to send it.
+    let replay =
+        (!others.is_empty() && is_safe(req.method()) && http_body::Body::is_end_stream(req.body()))
+            .then(|| head_of(&req));
+    let mut name = first;
+    loop {
+        // The snapshot that chose the peer knows how to reach it.
+        let peer = snap
+            .upstream(name)
+            .ok_or_else(|| ProxyError::PeerUpstreamMissing { peer: name.clone() })?;
+        let failed = match forward(peer, req, span, info, Some(name)).await {
+            Ok(resp) => return Ok(resp),
+            Err(failed) => failed,
+        };
+        if !matches!(
+            failed.error,
+            ProxyError::Transport { .. } | ProxyError::Timeout { .. }
+        ) {
+            return Err(failed.error);
+        }
+        app.cache.suspect(name, &failed.error);
+        let again = failed
+            .unsent
+            .or_else(|| replay.as_ref().map(|h| rebuild(h)));
+        let (Some(again), false) = (again, others.is_empty()) else {
+            return Err(failed.error);
+        };
+        let next = others.swap_remove(fastrand::usize(..others.len()));
+        tracing::info!(peer = %name, next = %next, cause = %failed.error, "peer failed; the request goes to another server that serves it");
+        name = next;
+        req = again;
+    }
+}
+
+/// A body-less request again, from its head.
+fn rebuild(head: &Request<()>) -> Request<Body> {
+    let mut req = Request::new(crate::plumbing::empty());
+    *req.method_mut() = head.method().clone();
+    *req.uri_mut() = head.uri().clone();
+    *req.version_mut() = head.version();
+    *req.headers_mut() = head.headers().clone();
+    req
+}
+
+/// One upstream attempt, in its own `CLIENT` span whose context the upstream receives; a
+/// failure carries the request back when none of it was written.
+async fn forward<Rb>(
+    up: &Upstream,
+    mut req: Request<Rb>,
+    server_span: &RequestSpan,
+    info: &RequestInfo,
+    peer: Option<&ServerName>,
+) -> Result<Response<Body>, Failed>
+where
+    Rb: http_body::Body<Data = Bytes> + Send + Sync + 'static,
+    Rb::Error: Into<BoxError>,
+{
     let client = spans::client(server_span, req.method(), info, &up.base, peer);
     client.inject(req.headers_mut());
-    let result = up.forward(req, peer.is_some()).await;
+    let result = up.try_forward(req, peer.is_some()).await;
     match &result {
         Ok(resp) => spans::responded(&client, resp.status(), 400),
-        Err(e) => spans::failed(&client, e),
+        Err(f) => spans::failed(&client, &f.error),
     }
     client.end();
     result.map(|resp| end_watches_cleanly(info, resp))

@@ -39,7 +39,7 @@ use hyper_util::client::legacy::connect::dns::GaiResolver;
 use crate::error::{ProxyError, TransportFailure};
 use crate::limits::{BodyTooLarge, ClientBodyFailed};
 use crate::plumbing::{Body, BoxError, ServerName, causes, empty, port_of_scheme};
-use h1pool::H1Pool;
+use h1pool::{H1Pool, SendError};
 use h2pool::{H2Pool, UpstreamBody};
 use hop::tunnel;
 pub use hop::{is_upgrade, strip_hop_by_hop};
@@ -236,9 +236,23 @@ impl Upstream {
     /// `peer_hop` adds the loop guard so the peer serves it locally.
     pub async fn forward<B>(
         &self,
-        mut req: Request<B>,
+        req: Request<B>,
         peer_hop: bool,
     ) -> Result<Response<Body>, ProxyError>
+    where
+        B: http_body::Body<Data = Bytes> + Send + Sync + 'static,
+        B::Error: Into<BoxError>,
+    {
+        self.try_forward(req, peer_hop).await.map_err(|f| f.error)
+    }
+
+    /// [`Upstream::forward`], and when the upstream could not be reached at all (nothing of
+    /// the request was written) the request back, to send elsewhere.
+    pub async fn try_forward<B>(
+        &self,
+        mut req: Request<B>,
+        peer_hop: bool,
+    ) -> Result<Response<Body>, Failed>
     where
         B: http_body::Body<Data = Bytes> + Send + Sync + 'static,
         B::Error: Into<BoxError>,
@@ -295,7 +309,7 @@ impl Upstream {
                 .cloned()
                 .unwrap_or_else(|| PathAndQuery::from_static("/")),
         );
-        self.send(req).await
+        self.send(req).await.map_err(|f| f.error)
     }
 
     /// GETs `path` with `headers`; the body is left streaming (a watch).
@@ -309,7 +323,7 @@ impl Upstream {
             .parse()
             .map_err(|e: http::uri::InvalidUri| ProxyError::BadRequest(e.to_string()))?;
         *req.headers_mut() = headers;
-        self.send(req).await
+        self.send(req).await.map_err(|f| f.error)
     }
 
     /// Collects at most `limit` bytes of a response body from `path`.
@@ -345,25 +359,36 @@ impl Upstream {
         self.open(path, headers).await
     }
 
-    async fn send(&self, req: Request<Body>) -> Result<Response<UpstreamBody>, ProxyError> {
+    async fn send(&self, req: Request<Body>) -> Result<Response<UpstreamBody>, Failed> {
+        let written = !is_safe(req.method());
         match tokio::time::timeout(self.response_header_timeout, self.send_on_pool(req)).await {
             Ok(Ok(resp)) => Ok(resp),
-            Ok(Err(e)) => {
-                if let Some(client) = client_fault(e.as_ref()) {
-                    return Err(client);
+            Ok(Err(SendError { cause, unsent })) => {
+                if let Some(client) = client_fault(cause.as_ref()) {
+                    return Err(Failed {
+                        error: client,
+                        unsent: None,
+                    });
                 }
                 if self.insecure_skip_verify {
                     tracing::warn!(upstream = %self.name, url = %self.base, "connection failed while TLS verification is off (--insecure-skip-tls-verify): this upstream's certificate is not checked");
                 }
-                Err(ProxyError::Transport {
-                    upstream: self.name.clone(),
-                    failure: transport_failure(e.as_ref()),
-                    cause: causes(e.as_ref()),
+                Err(Failed {
+                    error: ProxyError::Transport {
+                        upstream: self.name.clone(),
+                        failure: transport_failure(cause.as_ref()),
+                        cause: causes(cause.as_ref()),
+                    },
+                    unsent,
                 })
             }
-            Err(_) => Err(ProxyError::Timeout {
-                upstream: self.name.clone(),
-                seconds: self.response_header_timeout.as_secs().max(1),
+            Err(_) => Err(Failed {
+                error: ProxyError::Timeout {
+                    upstream: self.name.clone(),
+                    seconds: self.response_header_timeout.as_secs().max(1),
+                    written,
+                },
+                unsent: None,
             }),
         }
     }
@@ -373,15 +398,26 @@ impl Upstream {
     async fn send_on_pool(
         &self,
         mut req: Request<Body>,
-    ) -> Result<Response<UpstreamBody>, BoxError> {
+    ) -> Result<Response<UpstreamBody>, SendError> {
         let upgrade = is_upgrade(req.headers());
         if let Some(h2) = &self.h2
             && !h2.is_http1()
             && !upgrade
-            && let Some(stream) = h2.checkout(&self.base).await?
         {
-            *req.uri_mut() = self.absolute(req.uri())?;
-            return h2.send(&self.base, stream, req).await;
+            match h2.checkout(&self.base).await {
+                Ok(Some(stream)) => {
+                    *req.uri_mut() = self.absolute(req.uri())?;
+                    return Ok(h2.send(&self.base, stream, req).await?);
+                }
+                Ok(None) => {}
+                // No connection: nothing of the request was written.
+                Err(cause) => {
+                    return Err(SendError {
+                        cause,
+                        unsent: Some(req),
+                    });
+                }
+            }
         }
         if !req.headers().contains_key(header::HOST) {
             req.headers_mut().insert(header::HOST, self.host.clone());
@@ -422,6 +458,25 @@ impl Upstream {
     pub fn http1_idle_connections(&self) -> usize {
         self.h1.idle()
     }
+}
+
+/// A failed attempt on one upstream: why, and the request when none of it reached the
+/// upstream (it could not be connected to), so that the caller may send it to another.
+#[derive(Debug)]
+pub struct Failed {
+    /// The failure, as the client would be answered.
+    pub error: ProxyError,
+    /// The request, unsent (its URI and headers as this upstream would have received them).
+    pub unsent: Option<Request<Body>>,
+}
+
+/// Whether a request cannot change anything on the server: `GET`, `HEAD`, `OPTIONS`,
+/// `TRACE` (RFC 9110 §9.2.1).
+pub fn is_safe(method: &http::Method) -> bool {
+    matches!(
+        *method,
+        http::Method::GET | http::Method::HEAD | http::Method::OPTIONS | http::Method::TRACE
+    )
 }
 
 /// The `Host` header for `base`: its host, with its port unless that is the scheme's default.

@@ -20,7 +20,7 @@
 //! `tokenreviews` and `subjectaccessreviews` (`system:auth-delegator`).
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::sync::Arc;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -31,6 +31,7 @@ use http_body_util::{BodyExt, Limited};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
+use crate::bearer::BearerFile;
 use crate::error::status_body;
 use crate::plumbing::full;
 use crate::upstream::Upstream;
@@ -97,7 +98,7 @@ pub(crate) struct Settings {
     /// Paths anyone may get (exact, or a prefix when ending in `*`).
     pub always_allow: Vec<String>,
     /// mvproxy's own bearer token toward the local API server.
-    pub token_file: Option<PathBuf>,
+    pub token_file: Option<Arc<BearerFile>>,
     pub cache_ttl: Duration,
 }
 
@@ -230,10 +231,10 @@ impl AdminAuth {
             .body(full(Bytes::from(review.to_string())))
             .map_err(|e| unavailable(e.to_string()))?;
         if let Some(file) = &self.settings.token_file {
-            let token = std::fs::read_to_string(file)
-                .map_err(|e| unavailable(format!("token file {}: {e}", file.display())))?;
-            let value = HeaderValue::from_str(&format!("Bearer {}", token.trim()))
-                .map_err(|_| unavailable(format!("token file {}: not a token", file.display())))?;
+            let token = file.token().await.map_err(|e| unavailable(e.to_string()))?;
+            let value = HeaderValue::from_str(&format!("Bearer {token}")).map_err(|_| {
+                unavailable(format!("token file {}: not a token", file.path().display()))
+            })?;
             req.headers_mut().insert(header::AUTHORIZATION, value);
         }
         let resp = self

@@ -84,6 +84,7 @@ async fn debug_discovery_shows_each_server_and_the_skew() {
             "id",
             "last_fetch",
             "local",
+            "state",
             "up",
             "url",
         ];

@@ -23,13 +23,18 @@ use tokio_util::sync::CancellationToken;
 
 use super::fetch::{FetchError, fetch};
 use super::snapshot::{GroupVersion, ServerState, ServerView, Snapshot};
+use crate::error::ProxyError;
 use crate::plumbing::ServerName;
 use crate::upstream::{Upstream, UpstreamError};
 
 /// How long a group-version that stopped being local-only stays excluded (upstream's default).
 pub const EXCLUSION_GRACE: Duration = Duration::from_secs(5 * 60);
-/// First retry delay after a failed fetch; doubles up to the refresh interval.
+/// First retry delay after a failed fetch (a probe of a server that is down or suspect);
+/// doubles up to [`BACKOFF_MAX`] or the refresh interval, whichever is shorter.
 const BACKOFF_START: Duration = Duration::from_millis(500);
+/// Longest delay between two probes of a server that is down or suspect: it is used again
+/// within this long of answering.
+pub const BACKOFF_MAX: Duration = Duration::from_secs(4);
 /// Least time between two miss-triggered fetches of one server.
 const MISS_REFRESH_GAP: Duration = Duration::from_secs(1);
 
@@ -61,6 +66,10 @@ pub enum RefreshError {
     /// Its discovery could not be read.
     #[error(transparent)]
     Fetch(#[from] FetchError),
+    /// A request forwarded to it could not reach it, or had no answer in time: it is
+    /// suspect until a probe of its discovery succeeds.
+    #[error("a request to it failed ({0}); suspect until its discovery can be read again")]
+    Request(ProxyError),
 }
 
 /// Builds the client for a peer.
@@ -183,6 +192,36 @@ impl Cache {
         }
     }
 
+    /// A request forwarded to peer `name` failed in a way that says the peer, not the
+    /// request, is the problem (it could not be reached, or did not answer in time): it is
+    /// marked suspect at once, so the next requests go to another server that serves what
+    /// they ask for, and its refresher is woken to probe it (with backoff while it fails).
+    /// The first successful probe brings it back. The local server is never marked: it has no
+    /// replacement, and its own failures are answered as they come.
+    pub fn suspect(&self, name: &ServerName, cause: &ProxyError) {
+        let mut state = self.lock();
+        let Some(s) = state.servers.iter_mut().find(|s| &s.name == name) else {
+            return;
+        };
+        if s.local || s.suspect {
+            return;
+        }
+        tracing::warn!(peer = %name, %cause, "peer marked suspect: not chosen while another server serves what is asked, until a probe of its discovery succeeds");
+        s.up = false;
+        s.suspect = true;
+        s.error = Some(Arc::new(RefreshError::Request(cause.clone())));
+        self.metrics
+            .peer_up
+            .get_or_create(&PeerLabels {
+                peer: name.to_string(),
+            })
+            .set(0);
+        self.publish(&state);
+        if let Some(m) = state.members.get(name) {
+            m.wake.notify_one();
+        }
+    }
+
     /// Replaces the peer set. A peer that left is forgotten with its GVRs; one that joined,
     /// moved or restarted is fetched at once. The first call marks the peer source synced.
     pub fn set_peers(self: &Arc<Self>, peers: Vec<PeerSpec>) {
@@ -296,7 +335,7 @@ impl Cache {
                         .get_or_create(&TypeLabels { r#type: e.kind() })
                         .inc();
                     failures = failures.saturating_add(1);
-                    backoff(failures, self.settings.interval)
+                    backoff(failures, self.settings.interval.min(BACKOFF_MAX))
                 }
             };
             self.record(&name, took, result.map_err(RefreshError::from));
@@ -364,6 +403,7 @@ impl Cache {
         match result {
             Ok(mut view) => {
                 s.up = true;
+                s.suspect = false;
                 s.error = None;
                 // `/version` is read after the discovery documents, and a failure there leaves
                 // the release unknown (`fetch::version`). When it fails but the surface is the
@@ -389,6 +429,9 @@ impl Cache {
                     changed = true;
                 }
             }
+            // A suspect server's failed probe keeps it suspect (and the request's failure
+            // that made it so shown) until one succeeds.
+            Err(_) if s.suspect => {}
             Err(cause) => {
                 s.up = false;
                 s.error = Some(Arc::new(cause));

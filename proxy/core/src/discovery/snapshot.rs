@@ -186,9 +186,24 @@ pub struct ServerState {
     pub view: Option<Arc<ServerView>>,
     /// At least one fetch has completed, successfully or not.
     pub attempted: bool,
+    /// A request forwarded to it failed to reach it or timed out, and no probe of its
+    /// discovery has succeeded since ([`crate::discovery::Cache::suspect`]); `up` is false.
+    pub suspect: bool,
 }
 
 impl ServerState {
+    /// `up`, `suspect` (a request to it failed; being probed) or `down` (its discovery could
+    /// not be read), as `/debug/discovery` shows it.
+    pub fn health(&self) -> &'static str {
+        if self.up {
+            "up"
+        } else if self.suspect {
+            "suspect"
+        } else {
+            "down"
+        }
+    }
+
     /// A server not fetched yet.
     pub fn new(name: ServerName, url: String, local: bool) -> Self {
         Self {
@@ -200,6 +215,7 @@ impl ServerState {
             last_fetch: None,
             view: None,
             attempted: false,
+            suspect: false,
         }
     }
 }

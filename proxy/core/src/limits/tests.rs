@@ -15,6 +15,7 @@ fn upstream_timeout() -> Result<(), ProxyError> {
     Err(ProxyError::Timeout {
         upstream: crate::plumbing::ServerName::from("apiserver-a"),
         seconds: 60,
+        written: true,
     })
 }
 

@@ -113,6 +113,31 @@ struct Driven {
     has_read: Arc<AtomicBool>,
 }
 
+/// A request that failed on its way to the upstream: why, and the request itself when none
+/// of it was written (no connection could be made), so that it can go to another server.
+pub(crate) struct SendError {
+    pub(crate) cause: BoxError,
+    pub(crate) unsent: Option<Request<Body>>,
+}
+
+impl std::fmt::Debug for SendError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SendError")
+            .field("cause", &self.cause)
+            .field("unsent", &self.unsent.is_some())
+            .finish()
+    }
+}
+
+impl<E: Into<BoxError>> From<E> for SendError {
+    fn from(cause: E) -> Self {
+        Self {
+            cause: cause.into(),
+            unsent: None,
+        }
+    }
+}
+
 /// A connection in use by a response body, which polls it as the client reads; back to the
 /// pool when dropped after the body's end.
 pub(crate) struct CheckedOutConn {
@@ -149,11 +174,13 @@ impl H1Pool {
     }
 
     /// Sends `req` (origin-form URI, `Host` set) on an idle connection or a new one to `base`.
+    /// When no connection could be made, or a new one closed before hyper took the request,
+    /// nothing was written and the error carries the request back.
     pub(crate) async fn send(
         self: &Arc<Self>,
         base: &Uri,
         mut req: Request<Body>,
-    ) -> Result<(Response<Incoming>, CheckedOutConn), BoxError> {
+    ) -> Result<(Response<Incoming>, CheckedOutConn), SendError> {
         let replayable = is_replayable(&req);
         // What a replay is rebuilt from: copied only for a replayable request on a reused
         // connection.
@@ -162,9 +189,17 @@ impl H1Pool {
         let mut replayed = false;
         loop {
             let idle = if replayed { None } else { self.take_idle() };
+            // A request written once already (`replayed`) is not unsent whatever happens now.
+            let unsent = |cause: BoxError, req| SendError {
+                cause,
+                unsent: (!replayed).then_some(req),
+            };
             let (mut c, reused) = match idle {
                 Some(c) => (c, true),
-                None => (self.connect(base).await?, false),
+                None => match self.connect(base).await {
+                    Ok(c) => (c, false),
+                    Err(cause) => return Err(unsent(cause, req)),
+                },
             };
             let ready = poll_fn(|cx| {
                 c.drive(cx);
@@ -175,7 +210,7 @@ impl H1Pool {
                 if reused {
                     continue;
                 }
-                return Err(e.into());
+                return Err(unsent(e.into(), req));
             }
             let may_replay = reused && replayable;
             if may_replay {
@@ -211,7 +246,12 @@ impl H1Pool {
                     req = unsent;
                     continue;
                 }
-                Some(_) => return Err(e.into_error().into()),
+                Some(unsent) => {
+                    return Err(SendError {
+                        cause: e.into_error().into(),
+                        unsent: (!replayed).then_some(unsent),
+                    });
+                }
                 None => {}
             }
             let e = e.into_error();

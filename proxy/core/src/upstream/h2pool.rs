@@ -61,6 +61,7 @@ use hyper::body::Incoming;
 use hyper::client::conn::http2;
 use hyper_util::client::legacy::connect::Connection;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
+use tokio::sync::watch;
 use tower_service::Service;
 
 use crate::plumbing::{Body, BoxError, empty};
@@ -74,9 +75,51 @@ pub(crate) const MAX_STREAMS: usize = 100;
 /// The HTTP/2 connections to one upstream.
 pub(crate) struct H2Pool {
     connector: Connector,
-    conns: tokio::sync::Mutex<Vec<Conn>>,
+    /// Never held across an await: a request that finds room on an open connection never
+    /// waits for another being made (to a server that may not answer).
+    conns: std::sync::Mutex<Conns>,
     /// The upstream's handshake chose HTTP/1.1.
     no_h2: AtomicBool,
+}
+
+#[derive(Default)]
+struct Conns {
+    open: Vec<Conn>,
+    /// The connection being made, if any: requests that need one wait for its outcome rather
+    /// than each dialing its own, and share its failure.
+    dialing: Option<watch::Receiver<Option<Dialed>>>,
+}
+
+/// What a request that needs a new connection does.
+enum Next {
+    /// Dial, and tell those waiting through this.
+    Dial(watch::Sender<Option<Dialed>>),
+    /// Wait for another request's dial.
+    Wait(watch::Receiver<Option<Dialed>>),
+}
+
+/// How a dial ended, for those who waited on it.
+#[derive(Clone)]
+enum Dialed {
+    /// A connection is in the pool (or the upstream chose HTTP/1.1): look again.
+    Done,
+    /// It failed, in words.
+    Failed(Arc<str>),
+}
+
+/// Another request's dial to the upstream failed while this one waited for it.
+#[derive(Debug, thiserror::Error)]
+#[error("connecting to the upstream failed: {0}")]
+struct DialFailed(Arc<str>);
+
+/// Clears the pool's dial in progress when the dialing request ends, however it ends (it can
+/// be dropped mid-dial when its client goes away), so that the next request dials anew.
+struct Dialing<'a>(&'a H2Pool);
+
+impl Drop for Dialing<'_> {
+    fn drop(&mut self) {
+        self.0.lock().dialing = None;
+    }
 }
 
 struct Conn {
@@ -113,7 +156,7 @@ impl H2Pool {
     pub(crate) fn new(connector: Connector) -> Self {
         Self {
             connector,
-            conns: tokio::sync::Mutex::new(Vec::new()),
+            conns: std::sync::Mutex::new(Conns::default()),
             no_h2: AtomicBool::new(false),
         }
     }
@@ -123,29 +166,95 @@ impl H2Pool {
         self.no_h2.load(Ordering::Relaxed)
     }
 
+    fn lock(&self) -> std::sync::MutexGuard<'_, Conns> {
+        // A panic while holding the lock leaves a plain list behind: still usable.
+        self.conns
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     /// Open connections (for tests and the watch-scale measurement).
     pub(crate) async fn connections(&self) -> usize {
-        let mut conns = self.conns.lock().await;
-        conns.retain(|c| !c.send.is_closed());
-        conns.len()
+        let mut conns = self.lock();
+        conns.open.retain(|c| !c.send.is_closed());
+        conns.open.len()
     }
 
     /// A stream on a connection with room, connecting if none has; `Ok(None)` when the
-    /// upstream chose HTTP/1.1.
+    /// upstream chose HTTP/1.1. One connection is made at a time: requests that need one
+    /// meanwhile wait for it (not for the lock), and share its failure.
     pub(crate) async fn checkout(&self, base: &Uri) -> Result<Option<Stream>, BoxError> {
-        let mut conns = self.conns.lock().await;
-        conns.retain(|c| !c.send.is_closed());
-        if let Some(c) = conns
-            .iter()
-            .find(|c| c.streams.load(Ordering::Acquire) < MAX_STREAMS)
-        {
-            return Ok(Some(reserve(c, false)));
+        loop {
+            let next = {
+                let mut conns = self.lock();
+                conns.open.retain(|c| !c.send.is_closed());
+                if let Some(c) = conns
+                    .open
+                    .iter()
+                    .find(|c| c.streams.load(Ordering::Acquire) < MAX_STREAMS)
+                {
+                    return Ok(Some(reserve(c, false)));
+                }
+                if self.is_http1() {
+                    return Ok(None);
+                }
+                match conns.dialing.clone() {
+                    Some(rx) => Next::Wait(rx),
+                    None => {
+                        let (tx, rx) = watch::channel(None);
+                        conns.dialing = Some(rx);
+                        Next::Dial(tx)
+                    }
+                }
+            };
+            match next {
+                Next::Dial(tx) => return self.dial(base, tx).await,
+                Next::Wait(mut rx) => {
+                    // A dialer dropped without a word (its client went away): look again,
+                    // and dial if need be.
+                    if let Ok(outcome) = rx.wait_for(Option::is_some).await
+                        && let Some(Dialed::Failed(why)) = outcome.clone()
+                    {
+                        return Err(DialFailed(why).into());
+                    }
+                }
+            }
         }
-        if self.is_http1() {
-            return Ok(None);
-        }
-        // Connecting under the lock: requests arriving meanwhile wait for this connection
-        // rather than each opening its own.
+    }
+
+    /// Makes a connection, the lock not held, and tells those waiting through `done`.
+    async fn dial(
+        &self,
+        base: &Uri,
+        done: watch::Sender<Option<Dialed>>,
+    ) -> Result<Option<Stream>, BoxError> {
+        let _dialing = Dialing(self);
+        let result = self.connect(base).await;
+        let stream = match &result {
+            Ok(Some(c)) => {
+                let stream = reserve(c, true);
+                Some(stream)
+            }
+            _ => None,
+        };
+        let outcome = match result {
+            Ok(Some(c)) => {
+                self.lock().open.push(c);
+                Dialed::Done
+            }
+            Ok(None) => Dialed::Done,
+            Err(e) => {
+                let why: Arc<str> = crate::plumbing::causes(e.as_ref()).into();
+                done.send_replace(Some(Dialed::Failed(why)));
+                return Err(e);
+            }
+        };
+        done.send_replace(Some(outcome));
+        Ok(stream)
+    }
+
+    /// A new connection; `None` when the upstream chose HTTP/1.1.
+    async fn connect(&self, base: &Uri) -> Result<Option<Conn>, BoxError> {
         let io = self.connector.clone().call(base.clone()).await?;
         if !io.connected().is_negotiated_h2() {
             self.no_h2.store(true, Ordering::Relaxed);
@@ -160,13 +269,10 @@ impl H2Pool {
                 tracing::debug!(error = %e, "upstream HTTP/2 connection closed");
             }
         });
-        let c = Conn {
+        Ok(Some(Conn {
             send,
             streams: Arc::new(AtomicUsize::new(0)),
-        };
-        let stream = reserve(&c, true);
-        conns.push(c);
-        Ok(Some(stream))
+        }))
     }
 
     /// Sends `req` (an absolute URI) on `stream`, from [`H2Pool::checkout`]. A request the
@@ -214,9 +320,8 @@ impl H2Pool {
             };
             tracing::debug!(error = %e, "upstream did not process the request; sending it once more on another connection");
             // No new stream goes to this connection; those in flight on it run to their end.
-            self.conns
-                .lock()
-                .await
+            self.lock()
+                .open
                 .retain(|c| !Arc::ptr_eq(&c.streams, &guard.0));
             drop(guard);
             stream = match self.checkout(base).await? {

@@ -1,4 +1,5 @@
 use super::*;
+use crate::classify::Gvr;
 use crate::testkit::{fetch_failed, upstream, view};
 
 fn gvs(list: &[&str]) -> BTreeSet<GroupVersion> {
@@ -295,6 +296,72 @@ fn a_failure_is_kept_typed_and_republished_only_when_it_reads_differently() {
         shown.as_deref(),
         Some("GET /api: local could not be reached: connection reset")
     );
+}
+
+#[tokio::test]
+async fn a_suspect_peer_is_out_of_the_routing_until_a_probe_succeeds() {
+    let cache = cache(peers(), Arc::new(Instant::now));
+    cache.set_peers(vec![
+        peer("b", "http://127.0.0.2:6443", "1"),
+        peer("c", "http://127.0.0.3:6443", "1"),
+    ]);
+    let gvrs = [("scheduling.k8s.io", "v1alpha2", "workloads")];
+    let gvr = Gvr::new("scheduling.k8s.io", "v1alpha2", "workloads");
+    cache.record_for_test(&"local".into(), Ok(Arc::try_unwrap(view(&[])).unwrap()));
+    for p in ["b", "c"] {
+        cache.record_for_test(&p.into(), Ok(Arc::try_unwrap(view(&gvrs)).unwrap()));
+    }
+    let up = |cache: &Cache| -> Vec<String> {
+        cache
+            .load()
+            .serving(&gvr)
+            .map(|s| s.up.iter().map(ToString::to_string).collect())
+            .unwrap_or_default()
+    };
+    let health = |cache: &Cache, name: &str| {
+        cache
+            .servers()
+            .iter()
+            .find(|s| s.name.as_str() == name)
+            .map(ServerState::health)
+    };
+    assert_eq!(up(&cache), ["b", "c"]);
+    let b_woken = cache.lock().members[&ServerName::from("b")].wake.clone();
+    let refused = ProxyError::Transport {
+        upstream: "b".into(),
+        failure: crate::error::TransportFailure::Other,
+        cause: "tcp connect error: Connection refused".into(),
+    };
+
+    cache.suspect(&"b".into(), &refused);
+    assert_eq!(up(&cache), ["c"], "out of the routing at once");
+    assert_eq!(health(&cache, "b"), Some("suspect"));
+    let shown = cache.servers()[1].error.as_ref().map(ToString::to_string);
+    assert!(
+        shown
+            .as_deref()
+            .is_some_and(|e| e.contains("Connection refused")),
+        "{shown:?}"
+    );
+    assert!(
+        tokio::time::timeout(Duration::ZERO, b_woken.notified())
+            .await
+            .is_ok(),
+        "its refresher is woken to probe it"
+    );
+    // A failed probe keeps it suspect; the local server is never marked.
+    cache.record_for_test(&"b".into(), Err(fetch_failed("b", "connection refused")));
+    assert_eq!(health(&cache, "b"), Some("suspect"));
+    assert_eq!(up(&cache), ["c"]);
+    cache.suspect(&"local".into(), &refused);
+    assert_eq!(health(&cache, "local"), Some("up"));
+    // A probe that succeeds brings it back.
+    cache.record_for_test(&"b".into(), Ok(Arc::try_unwrap(view(&gvrs)).unwrap()));
+    assert_eq!(health(&cache, "b"), Some("up"));
+    assert_eq!(up(&cache), ["b", "c"]);
+    // A failed scheduled fetch of a server never suspected is "down".
+    cache.record_for_test(&"c".into(), Err(fetch_failed("c", "connection refused")));
+    assert_eq!(health(&cache, "c"), Some("down"));
 }
 
 #[test]

@@ -216,6 +216,60 @@ async fn serve_conn(
     }
 }
 
+/// A server that accepts TCP connections and never answers (not even TLS): a dial to it
+/// hangs in the handshake until it is dropped; `accepted` counts the dials.
+async fn silent() -> (http::Uri, tokio::sync::mpsc::UnboundedReceiver<TcpStream>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            // kept open, unanswered, for as long as the test holds the receiver
+            if tx.send(tcp).is_err() {
+                return;
+            }
+        }
+    });
+    (format!("https://localhost:{port}").parse().unwrap(), rx)
+}
+
+#[tokio::test]
+async fn a_dial_that_hangs_holds_no_lock_and_its_waiters_share_its_failure() {
+    let (url, mut accepted) = silent().await;
+    let (_, ca) = crate::testkit::tls_acceptor(&[b"h2"]);
+    let up = crate::testkit::tls_upstream(&url, ca);
+    let pool = up.h2_pool().unwrap().clone();
+    let (p, u) = (pool.clone(), url.clone());
+    let dialer = tokio::spawn(async move { p.checkout(&u).await.map(|s| s.is_some()) });
+    let _held = accepted.recv().await.unwrap();
+    // The dial hangs in the TLS handshake: the pool's state is readable at once, without
+    // waiting for it (one poll).
+    assert!(
+        tokio::time::timeout(std::time::Duration::ZERO, pool.connections())
+            .await
+            .is_ok(),
+        "the pool's lock is held across a dial"
+    );
+    // A second request that needs a connection waits for that dial, dialing nothing itself.
+    let (p, u) = (pool.clone(), url.clone());
+    let waiter = tokio::spawn(async move { p.checkout(&u).await.map(|s| s.is_some()) });
+    for _ in 0..3 {
+        tokio::task::yield_now().await;
+    }
+    assert!(accepted.try_recv().is_err(), "one dial at a time");
+    // The dial fails (its server closes the connection): both are told, neither dials again.
+    drop(_held);
+    let first = dialer.await.unwrap();
+    let second = waiter.await.unwrap();
+    assert!(first.is_err(), "{first:?}");
+    let e = second.unwrap_err().to_string();
+    assert!(e.contains("connecting to the upstream failed"), "{e}");
+    assert!(
+        accepted.try_recv().is_err(),
+        "the waiter shared the failure"
+    );
+}
+
 fn upstream(server: &Server) -> Upstream {
     crate::testkit::tls_upstream(&server.url, server.ca.clone())
 }
