@@ -20,6 +20,7 @@ mod peer_sources;
 mod readiness;
 mod real_discovery;
 mod routing;
+mod target;
 mod tls;
 mod tls_files;
 mod traces;

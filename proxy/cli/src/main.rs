@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use mvproxy::config::{ConfigError, EXIT_CONFIG, LogFormat, ServeArgs};
+use mvproxy::target::report::ReadinessArgs;
 use mvproxy_demo::DemoArgs;
 
 /// A version-aware proxy for Kubernetes API servers during mixed-version upgrades.
@@ -22,6 +23,9 @@ enum Command {
     /// Rehearse a rolling upgrade of a 3-node control plane through mvproxy, on loopback, and
     /// report what clients met (exit 0 if the report reconciles with mvproxy's metrics).
     Demo(Box<DemoArgs>),
+    /// Report, from every proxy's admin endpoint, the clients the target release will break
+    /// (exit 1 if any would, 2 if a proxy cannot be read).
+    Readiness(Box<ReadinessArgs>),
     /// Validate a configuration file and exit (0 if valid, 2 if not).
     CheckConfig {
         /// The YAML file to check.
@@ -62,6 +66,10 @@ fn main() -> ExitCode {
         // The demo's own output is the progress line and the report: proxy logs only for
         // errors unless RUST_LOG asks for more. Traces go out as in production.
         Command::Demo(args) => run(false, Some("error"), mvproxy_demo::run(*args)),
+        // Its output is the report: logs only for errors unless RUST_LOG asks for more.
+        Command::Readiness(args) => run(false, Some("error"), async move {
+            ExitCode::from(mvproxy::target::report::run(*args).await)
+        }),
         Command::CheckConfig { config } => {
             let args = ServeArgs {
                 config: Some(config.clone()),

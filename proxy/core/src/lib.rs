@@ -20,6 +20,9 @@
 //!   serves, and on which side of the upgrade (`mvproxy_skew_requests_total`,
 //!   `/debug/clients`).
 //!
+//! [`target`] knows, before the upgrade starts, what the release it heads for serves: the
+//! readiness recorder counts per client the requests that release will not serve.
+//!
 //! [`peers`] finds peers in the cluster (identity Leases or EndpointSlices), read from the local
 //! API server or through a [`kubeconfig`].
 //!
@@ -55,6 +58,7 @@ pub mod readiness;
 pub mod route;
 pub(crate) mod server;
 pub(crate) mod spans;
+pub mod target;
 #[cfg(test)]
 mod testkit;
 pub mod tls;

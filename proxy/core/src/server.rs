@@ -100,8 +100,12 @@ where
 
     // 3. forward, or answer
     app.auth.apply(&identity, req.headers_mut());
-    app.readiness.observe(&snap, &info, &route, req.headers());
+    let requester = app.readiness.observe(&snap, &info, &route, req.headers());
     let result = respond(&app, &snap, &span, &info, &route, req).await;
+    if let (Some(requester), Ok(resp)) = (requester, &result) {
+        app.readiness
+            .answered(&snap, &info, requester, resp.headers());
+    }
     let resp = result.unwrap_or_else(|e| {
         spans::failed(&span, &e);
         if e.is_client_error() {
