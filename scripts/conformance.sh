@@ -6,6 +6,9 @@
 #
 #   control-plane   two real kube-apiserver releases and etcd; mvproxy against upstream's own
 #                   Mixed Version Proxy (scripts/conformance/control-plane.sh)
+#   deploy          the image (scripts/image.sh) and the manifests of deploy/kubernetes/ on two
+#                   real kube-apiserver releases: server-side dry-run, RBAC verb by verb, the
+#                   image's filesystem run as the static pod (scripts/conformance/deploy.sh)
 #   telemetry-pack  the observability pack live: collector, Jaeger, Prometheus, dashboards,
 #                   rules, traces, tail sampling (scripts/conformance/telemetry-pack.sh)
 #
@@ -14,7 +17,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
-parts=(control-plane telemetry-pack)
+parts=(control-plane deploy telemetry-pack)
 [ $# -gt 0 ] && parts=("$@")
 
 export CONFORMANCE_OUT=${CONFORMANCE_OUT:-$root/target/conformance}

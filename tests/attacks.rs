@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 use http::Method;
 use integration::conn::{RawAnswer, ReadUntil, raw_exchange};
 use integration::*;
-use mvproxy::classify::{RequestInfo, classify};
+use mvproxy_core::classify::{RequestInfo, classify};
 
 use crate::cluster::Cluster;
 

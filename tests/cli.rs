@@ -300,3 +300,49 @@ async fn sigterm_drains_in_flight_requests() {
     assert_eq!(r.status, http::StatusCode::OK);
     assert_eq!(r.text(), "finished");
 }
+
+#[test]
+fn version_names_the_release_and_the_commit_it_was_built_from() {
+    // What build.rs recorded: the override if the build had one, else this checkout's HEAD
+    // (scripts/test.sh builds the binary from the tree it tests), else "unknown".
+    let commit = option_env!("MVPROXY_GIT_COMMIT")
+        .filter(|c| !c.trim().is_empty())
+        .map(|c| c.trim().to_owned())
+        .or_else(|| {
+            let out = Command::new("git")
+                .args(["rev-parse", "HEAD"])
+                .current_dir(env!("CARGO_MANIFEST_DIR"))
+                .output()
+                .ok()?;
+            out.status
+                .success()
+                .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+        })
+        .unwrap_or_else(|| "unknown".to_owned());
+    let (code, out, err) = run(&["--version"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        out.trim(),
+        format!("mvproxy {} (commit {commit})", env!("CARGO_PKG_VERSION"))
+    );
+}
+
+#[test]
+fn check_config_takes_serves_flags() {
+    // The flags of a manifest's `serve` command line, checked without starting anything.
+    let (code, out, err) = run(&[
+        "check-config",
+        "--local",
+        "http://127.0.0.1:1",
+        "--peer",
+        "b=http://127.0.0.1:2",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.starts_with("flags: valid") && out.contains("1 peer"),
+        "{out}"
+    );
+    let (code, _, err) = run(&["check-config", "--local", "ftp://127.0.0.1:1"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("invalid configuration: local"), "{err}");
+}

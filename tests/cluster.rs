@@ -19,7 +19,8 @@ impl Cluster {
     pub async fn start() -> Cluster {
         let (a, b) = standins().await;
         let (sockets_a, sockets_b) = (bind_sockets().await, bind_sockets().await);
-        let url = |s: &mvproxy::app::Sockets| format!("http://{}", s.proxy.local_addr().unwrap());
+        let url =
+            |s: &mvproxy_core::app::Sockets| format!("http://{}", s.proxy.local_addr().unwrap());
         let (url_a, url_b) = (url(&sockets_a), url(&sockets_b));
         let args_a = proxy_args("apiserver-a", &a.url(), &[("apiserver-b", &url_b)]);
         let args_b = proxy_args("apiserver-b", &b.url(), &[("apiserver-a", &url_a)]);

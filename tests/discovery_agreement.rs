@@ -6,9 +6,9 @@
 
 use http::{HeaderValue, StatusCode};
 use integration::*;
-use mvproxy::discovery::legacy::{api_group, group_from_legacy, group_list, resource_list};
-use mvproxy::discovery::negotiate::{DiscoveryFormat, negotiate};
-use mvproxy::discovery::types::{ACCEPT_NOPEER, ApiGroupDiscoveryList, ApiResourceList};
+use mvproxy_core::discovery::legacy::{api_group, group_from_legacy, group_list, resource_list};
+use mvproxy_core::discovery::negotiate::{DiscoveryFormat, negotiate};
+use mvproxy_core::discovery::types::{ACCEPT_NOPEER, ApiGroupDiscoveryList, ApiResourceList};
 use serde_json::Value;
 
 const K0S: &str = "k0s-v1.21.0-legacy";

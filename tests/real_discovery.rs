@@ -11,8 +11,8 @@
 
 use std::collections::BTreeMap;
 
-use mvproxy::discovery::merge::{Merged, etag_of, merge};
-use mvproxy::discovery::types::{ApiGroupDiscovery, ApiGroupDiscoveryList};
+use mvproxy_core::discovery::merge::{Merged, etag_of, merge};
+use mvproxy_core::discovery::types::{ApiGroupDiscovery, ApiGroupDiscoveryList};
 use serde_json::Value;
 
 use integration::fixture;
@@ -68,7 +68,7 @@ fn differences(ours: &[ApiGroupDiscovery], theirs: &[ApiGroupDiscovery]) -> Vec<
             let Some(tv) = t.versions.iter().find(|x| x.version == v.version) else {
                 continue;
             };
-            let rs = |x: &mvproxy::discovery::types::ApiVersionDiscovery| -> Vec<String> {
+            let rs = |x: &mvproxy_core::discovery::types::ApiVersionDiscovery| -> Vec<String> {
                 x.resources.iter().map(|r| r.resource.clone()).collect()
             };
             if rs(v) != rs(tv) {

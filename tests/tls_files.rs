@@ -95,7 +95,11 @@ async fn only_tls_1_2_and_1_3_are_spoken_and_plain_http_is_told_so() {
     for version in [&rustls::version::TLS12, &rustls::version::TLS13] {
         let mut roots = rustls::RootCertStore::empty();
         roots
-            .add(mvproxy::tls::load_certs(&ca.cert_file()).unwrap().remove(0))
+            .add(
+                mvproxy_core::tls::load_certs(&ca.cert_file())
+                    .unwrap()
+                    .remove(0),
+            )
             .unwrap();
         let config = rustls::ClientConfig::builder_with_protocol_versions(&[version])
             .with_root_certificates(roots)
@@ -152,7 +156,9 @@ async fn a_renewed_serving_certificate_is_used_by_new_connections_and_old_ones_g
     // kubeadm renews the certificate in place: same files, a new serial and name
     let renewed = ca.issue("proxy", "mvproxy-renewed", &["127.0.0.1"]);
     assert_eq!(renewed.cert, serving.cert);
-    let new_der = mvproxy::tls::load_certs(&renewed.cert).unwrap().remove(0);
+    let new_der = mvproxy_core::tls::load_certs(&renewed.cert)
+        .unwrap()
+        .remove(0);
     assert_ne!(new_der, old_der);
     eventually("a new connection gets the renewed certificate", || {
         let config = config.clone();

@@ -5,9 +5,9 @@
 
 use http::header::{ACCEPT, HeaderMap, HeaderValue};
 use libfuzzer_sys::fuzz_target;
-use mvproxy::classify::classify;
-use mvproxy::discovery::negotiate::{DiscoveryFormat, negotiate};
-use mvproxy::route::{Route, decide};
+use mvproxy_core::classify::classify;
+use mvproxy_core::discovery::negotiate::{DiscoveryFormat, negotiate};
+use mvproxy_core::route::{Route, decide};
 
 #[path = "common.rs"]
 mod common;

@@ -6,8 +6,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use mvproxy::classify::{RequestInfo, classify};
-use mvproxy::route::{PEER_PROXIED, Route, decide};
+use mvproxy_core::classify::{RequestInfo, classify};
+use mvproxy_core::route::{PEER_PROXIED, Route, decide};
 
 #[path = "common.rs"]
 mod common;

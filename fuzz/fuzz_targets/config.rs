@@ -10,7 +10,7 @@ use std::sync::OnceLock;
 
 use clap::Args;
 use libfuzzer_sys::fuzz_target;
-use mvproxy::config::ServeArgs;
+use mvproxy_core::config::ServeArgs;
 
 /// A readable file and a path that does not exist.
 fn paths() -> &'static (PathBuf, PathBuf) {

@@ -8,10 +8,10 @@
 
 use http::header::{CONTENT_TYPE, HeaderMap, HeaderValue};
 use libfuzzer_sys::fuzz_target;
-use mvproxy::discovery::fetch::aggregated_version;
-use mvproxy::discovery::legacy;
-use mvproxy::discovery::snapshot::ServerView;
-use mvproxy::discovery::types::{
+use mvproxy_core::discovery::fetch::aggregated_version;
+use mvproxy_core::discovery::legacy;
+use mvproxy_core::discovery::snapshot::ServerView;
+use mvproxy_core::discovery::types::{
     ApiGroupDiscoveryList, ApiGroupList, ApiResourceList, ApiVersions,
 };
 

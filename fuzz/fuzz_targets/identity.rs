@@ -11,8 +11,8 @@
 
 use http::header::{HeaderMap, HeaderName, HeaderValue};
 use libfuzzer_sys::fuzz_target;
-use mvproxy::config::ServeArgs;
-use mvproxy::identity::{Authenticator, ClientIdentity, HeaderNames};
+use mvproxy_core::config::ServeArgs;
+use mvproxy_core::identity::{Authenticator, ClientIdentity, HeaderNames};
 use rustls_pki_types::CertificateDer;
 
 #[path = "common.rs"]

@@ -7,7 +7,7 @@
 use std::path::Path;
 
 use libfuzzer_sys::fuzz_target;
-use mvproxy::kubeconfig::parse_with;
+use mvproxy_core::kubeconfig::parse_with;
 
 fn read(p: &Path) -> std::io::Result<Vec<u8>> {
     match p.file_name().and_then(|n| n.to_str()) {

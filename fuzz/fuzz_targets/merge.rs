@@ -9,8 +9,8 @@
 use std::collections::BTreeSet;
 
 use libfuzzer_sys::fuzz_target;
-use mvproxy::discovery::merge::{Merged, merge};
-use mvproxy::discovery::types::{ApiGroupDiscovery, ApiGroupDiscoveryList, ApiGroupList};
+use mvproxy_core::discovery::merge::{Merged, merge};
+use mvproxy_core::discovery::types::{ApiGroupDiscovery, ApiGroupDiscoveryList, ApiGroupList};
 
 #[path = "common.rs"]
 mod common;

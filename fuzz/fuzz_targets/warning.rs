@@ -10,9 +10,9 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use mvproxy::classify::Gvr;
-use mvproxy::target::parse_list;
-use mvproxy::target::warning::{MAX_MINOR, deprecation, parse};
+use mvproxy_core::classify::Gvr;
+use mvproxy_core::target::parse_list;
+use mvproxy_core::target::warning::{MAX_MINOR, deprecation, parse};
 
 #[path = "common.rs"]
 mod common;

@@ -1,12 +1,11 @@
-//! The Prometheus metric families of the README's telemetry contract ("Metrics"), and their exposition.
+//! The Prometheus metric families of the telemetry contract (docs/telemetry.md, "Metrics"), and their exposition.
 //!
 //! Names are public interface: dashboards, alert rules and upstream's own dashboards (the
 //! `apiserver_*` peer-proxy families, kept under the `mvproxy_` prefix) depend on them. The
 //! registry is built here and passed around in an `Arc`, never global, so a test can run
 //! several proxies in one process. Label values that say *why* are `&'static str` constants.
 
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
+mod handles;
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -15,6 +14,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
+
+use handles::{HandleCache, cached, key};
 
 /// Every label value mvproxy writes that says *why* or *where*, in one place: the modules that
 /// count use these constants, and the dashboards and rules (deploy/, dashboards/) match them.
@@ -312,94 +313,7 @@ pub struct Metrics {
     /// Requests answered with a deprecation warning, by client and release of removal.
     pub deprecated_requests: Family<DeprecatedLabels, Counter>,
     /// Handles of the series every request touches.
-    hot: Hot,
-}
-
-/// Handles of the series every request records, resolved once per label set: a request
-/// then counts with an atomic add, where the family would hash its label set (SipHash over
-/// its strings) under the family's lock, four times per request. The families involved never
-/// remove a series, so a handle never goes stale. Series with a peer label are not cached
-/// (their label sets are not a closed set); nor is any label set past [`HOT_MAX`].
-#[derive(Debug, Default)]
-struct Hot {
-    /// `mvproxy_requests_total` without a peer, by route, reason, method and code.
-    requests: std::sync::RwLock<HashMap<HotKey, Counter, BuildHasherDefault<KeyHasher>>>,
-    /// `mvproxy_request_duration_seconds` without a peer, by route.
-    durations: std::sync::RwLock<
-        HashMap<HotKey, HistogramWithExemplars<TraceLabels>, BuildHasherDefault<KeyHasher>>,
-    >,
-    /// `mvproxy_discovery_cache_lookups_total` and `..._lookup_duration_seconds`: hit, miss.
-    lookups: std::sync::OnceLock<[(Counter, Histogram); 2]>,
-}
-
-/// Label sets cached in [`Hot`] per family; more go to the family each time.
-const HOT_MAX: usize = 1024;
-
-/// The addresses of `&'static str` label values and the code. Two constants of equal text
-/// may have different addresses: then one label set has two entries, both for its series.
-type HotKey = (usize, usize, usize, u16);
-
-fn key(route: &'static str, reason: &'static str, method: &'static str, code: u16) -> HotKey {
-    (
-        route.as_ptr() as usize,
-        reason.as_ptr() as usize,
-        method.as_ptr() as usize,
-        code,
-    )
-}
-
-/// A multiply-rotate hash (as rustc's FxHasher) for keys that are addresses and a code.
-#[derive(Default)]
-struct KeyHasher(u64);
-
-impl Hasher for KeyHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.add(u64::from(*b));
-        }
-    }
-
-    fn write_usize(&mut self, n: usize) {
-        self.add(n as u64);
-    }
-
-    fn write_u16(&mut self, n: u16) {
-        self.add(u64::from(n));
-    }
-
-    fn finish(&self) -> u64 {
-        self.0
-    }
-}
-
-impl KeyHasher {
-    fn add(&mut self, x: u64) {
-        self.0 = (self.0.rotate_left(5) ^ x).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-    }
-}
-
-/// The cached handle for `key`, or the family's (cached while there is room).
-fn hot<M: Clone>(
-    cache: &std::sync::RwLock<HashMap<HotKey, M, BuildHasherDefault<KeyHasher>>>,
-    key: HotKey,
-    resolve: impl FnOnce() -> M,
-) -> M {
-    let read = cache
-        .read()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    if let Some(m) = read.get(&key) {
-        return m.clone();
-    }
-    let full = read.len() >= HOT_MAX;
-    drop(read);
-    let m = resolve();
-    if !full {
-        cache
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(key, m.clone());
-    }
-    m
+    handles: HandleCache,
 }
 
 impl Metrics {
@@ -424,7 +338,7 @@ impl Metrics {
             target_missing_requests: Family::default(),
             target_info: Family::default(),
             deprecated_requests: Family::default(),
-            hot: Hot::default(),
+            handles: HandleCache::default(),
         };
         let r = registry.sub_registry_with_prefix("mvproxy");
         r.register(
@@ -560,9 +474,11 @@ impl Metrics {
             self.requests.get_or_create(&labels()).inc();
             return;
         }
-        hot(&self.hot.requests, key(route, reason, method, code), || {
-            self.requests.get_or_create(&labels()).clone()
-        })
+        cached(
+            &self.handles.requests,
+            key(route, reason, method, code),
+            || self.requests.get_or_create(&labels()).clone(),
+        )
         .inc();
     }
 
@@ -585,7 +501,7 @@ impl Metrics {
                 .observe(seconds, exemplar, None);
             return;
         }
-        hot(&self.hot.durations, key(route, "", "", 0), || {
+        cached(&self.handles.durations, key(route, "", "", 0), || {
             self.request_duration.get_or_create(&labels()).clone()
         })
         .observe(seconds, exemplar, None);
@@ -593,7 +509,7 @@ impl Metrics {
 
     /// Counts a routing-index lookup (`hit` or not) and observes how long it took.
     pub fn observe_lookup(&self, hit: bool, seconds: f64) {
-        let lookups = self.hot.lookups.get_or_init(|| {
+        let lookups = self.handles.lookups.get_or_init(|| {
             [values::HIT, values::MISS].map(|result| {
                 let labels = ResultLabels { result };
                 (
@@ -642,184 +558,4 @@ pub fn encode(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn every_family_of_the_contract_is_exposed_with_its_name() {
-        let mut registry = Registry::default();
-        let m = Metrics::register(&mut registry);
-        m.discovery_nopeer_requests.inc();
-        m.rerouted_requests
-            .get_or_create(&RerouteLabels {
-                code: 200,
-                group: "resource.k8s.io".into(),
-                version: "v1beta2".into(),
-                resource: "resourceclaims".into(),
-            })
-            .inc();
-        m.merge_duration.observe(0.0001);
-        m.peer_proxy_errors
-            .get_or_create(&PeerErrorLabels {
-                r#type: "proxy_transport",
-                group: String::new(),
-                version: "v1".into(),
-                resource: "pods".into(),
-            })
-            .inc();
-        m.peer_discovery_sync_errors
-            .get_or_create(&TypeLabels {
-                r#type: "fetch_discovery",
-            })
-            .inc();
-        let route = RouteLabels {
-            route: "peer",
-            peer: "b".into(),
-        };
-        m.requests
-            .get_or_create(&RequestLabels {
-                route: route.route,
-                reason: "peer_only",
-                peer: route.peer.clone(),
-                code: 200,
-                method: "GET",
-            })
-            .inc();
-        m.request_duration.get_or_create(&route).observe(
-            0.02,
-            Some(TraceLabels {
-                trace_id: "4bf92f3577b34da6a3ce929d0e0e4736".into(),
-            }),
-            None,
-        );
-        let hit = ResultLabels { result: "hit" };
-        m.cache_lookups.get_or_create(&hit).inc();
-        m.cache_lookup_duration.get_or_create(&hit).observe(0.00001);
-        m.merges.get_or_create(&hit).inc();
-        let peer = PeerLabels { peer: "b".into() };
-        m.peer_fetch_duration.get_or_create(&peer).observe(0.1);
-        m.peer_up.get_or_create(&peer).set(1);
-        m.discovery_resources
-            .get_or_create(&ServerLabels { server: "a".into() })
-            .set(42);
-        m.skew_requests
-            .get_or_create(&SkewLabels {
-                client: "kube-controller-manager (sa kube-system/generic-garbage-collector)".into(),
-                group: "flowcontrol.apiserver.k8s.io".into(),
-                version: "v1beta3".into(),
-                resource: "flowschemas".into(),
-                side: side::OLD_ONLY,
-            })
-            .inc();
-        let (text, _) = encode(&registry, false).unwrap();
-        for name in [
-            "mvproxy_rerouted_request_total{code=\"200\",group=\"resource.k8s.io\",version=\"v1beta2\",resource=\"resourceclaims\"} 1",
-            "mvproxy_discovery_nopeer_requests_total 1",
-            "mvproxy_peer_proxy_errors_total{type=\"proxy_transport\",group=\"\",version=\"v1\",resource=\"pods\"} 1",
-            "mvproxy_peer_discovery_sync_errors_total{type=\"fetch_discovery\"} 1",
-            "mvproxy_requests_total{route=\"peer\",reason=\"peer_only\",peer=\"b\",code=\"200\",method=\"GET\"} 1",
-            "mvproxy_request_duration_seconds_bucket{route=\"peer\",peer=\"b\",le=\"0.03\"} 1",
-            "mvproxy_request_duration_seconds_bucket{route=\"peer\",peer=\"b\",le=\"0.015\"} 0",
-            "mvproxy_discovery_cache_lookups_total{result=\"hit\"} 1",
-            "mvproxy_discovery_cache_lookup_duration_seconds_bucket{result=\"hit\",le=\"1e-05\"} 1",
-            "mvproxy_discovery_merges_total{result=\"hit\"} 1",
-            "mvproxy_discovery_merge_duration_seconds_bucket{le=\"0.00025\"} 1",
-            "mvproxy_peer_discovery_fetch_duration_seconds_count{peer=\"b\"} 1",
-            "mvproxy_peer_up{peer=\"b\"} 1",
-            "mvproxy_discovery_resources{server=\"a\"} 42",
-            "mvproxy_skew_requests_total{client=\"kube-controller-manager (sa kube-system/generic-garbage-collector)\",group=\"flowcontrol.apiserver.k8s.io\",version=\"v1beta3\",resource=\"flowschemas\",side=\"old_only\"} 1",
-        ] {
-            assert!(text.contains(name), "missing {name:?} in\n{text}");
-        }
-        let (om, ct) = encode(&registry, true).unwrap();
-        assert!(om.ends_with("# EOF\n"));
-        assert!(
-            om.contains(r#"mvproxy_request_duration_seconds_bucket{le="0.03",route="peer",peer="b"} 1 # {trace_id="4bf92f3577b34da6a3ce929d0e0e4736"} 0.02"#),
-            "{om}"
-        );
-        assert!(ct.starts_with("application/openmetrics-text"));
-    }
-
-    #[test]
-    fn requests_counted_through_cached_handles_land_in_their_series() {
-        use values::{REASON_PEER_ONLY, REASON_SERVED_LOCALLY, ROUTE_LOCAL, ROUTE_PEER};
-        let mut registry = Registry::default();
-        let m = Metrics::register(&mut registry);
-        // (route, reason, peer, code, how many times)
-        let counted = [
-            (ROUTE_LOCAL, REASON_SERVED_LOCALLY, "", 200, 3),
-            (ROUTE_LOCAL, REASON_SERVED_LOCALLY, "", 404, 1),
-            (ROUTE_PEER, REASON_PEER_ONLY, "b", 200, 2),
-        ];
-        for (route, reason, peer, code, times) in counted {
-            for _ in 0..times {
-                m.count_request(route, reason, peer, code, "GET");
-            }
-        }
-        for _ in 0..3 {
-            m.observe_request(values::ROUTE_LOCAL, "", 0.002, None);
-            m.observe_lookup(true, 0.000_001);
-        }
-        m.observe_request(values::ROUTE_PEER, "b", 0.02, None);
-        m.observe_lookup(false, 0.000_001);
-        let (text, _) = encode(&registry, false).unwrap();
-        for line in [
-            "mvproxy_requests_total{route=\"local\",reason=\"served_locally\",peer=\"\",code=\"200\",method=\"GET\"} 3",
-            "mvproxy_requests_total{route=\"local\",reason=\"served_locally\",peer=\"\",code=\"404\",method=\"GET\"} 1",
-            "mvproxy_requests_total{route=\"peer\",reason=\"peer_only\",peer=\"b\",code=\"200\",method=\"GET\"} 2",
-            "mvproxy_request_duration_seconds_count{route=\"local\",peer=\"\"} 3",
-            "mvproxy_request_duration_seconds_count{route=\"peer\",peer=\"b\"} 1",
-            "mvproxy_discovery_cache_lookups_total{result=\"hit\"} 3",
-            "mvproxy_discovery_cache_lookups_total{result=\"miss\"} 1",
-            "mvproxy_discovery_cache_lookup_duration_seconds_count{result=\"hit\"} 3",
-        ] {
-            assert!(text.contains(line), "{line} in\n{text}");
-        }
-    }
-
-    #[test]
-    fn families_with_known_label_values_are_on_metrics_from_the_start_at_zero() {
-        let mut registry = Registry::default();
-        let _m = Metrics::register(&mut registry);
-        let (text, _) = encode(&registry, false).unwrap();
-        for line in [
-            "# TYPE mvproxy_peer_discovery_sync_errors_total counter",
-            "mvproxy_peer_discovery_sync_errors_total{type=\"hostport_resolution\"} 0",
-            "mvproxy_peer_discovery_sync_errors_total{type=\"fetch_discovery\"} 0",
-            "mvproxy_peer_discovery_sync_errors_total{type=\"lease_list\"} 0",
-            "mvproxy_peer_discovery_sync_errors_total{type=\"endpointslice_list\"} 0",
-            "mvproxy_local_proxy_errors_total{type=\"proxy_transport\"} 0",
-            "mvproxy_discovery_cache_lookups_total{result=\"hit\"} 0",
-            "mvproxy_discovery_cache_lookups_total{result=\"miss\"} 0",
-            "mvproxy_discovery_merges_total{result=\"miss\"} 0",
-        ] {
-            assert!(text.contains(line), "missing {line:?} in\n{text}");
-        }
-    }
-
-    #[test]
-    fn a_peer_that_leaves_takes_every_series_labelled_with_it() {
-        let mut registry = Registry::default();
-        let m = Metrics::register(&mut registry);
-        for peer in ["b", "c"] {
-            let labels = PeerLabels { peer: peer.into() };
-            m.peer_up.get_or_create(&labels).set(1);
-            m.peer_fetch_duration.get_or_create(&labels).observe(0.02);
-            m.discovery_resources
-                .get_or_create(&ServerLabels {
-                    server: peer.into(),
-                })
-                .set(7);
-        }
-        m.forget_peer("b");
-        let (text, _) = encode(&registry, false).unwrap();
-        assert!(!text.contains("\"b\""), "series of peer b left:\n{text}");
-        for line in [
-            "mvproxy_peer_up{peer=\"c\"} 1",
-            "mvproxy_peer_discovery_fetch_duration_seconds_count{peer=\"c\"} 1",
-            "mvproxy_discovery_resources{server=\"c\"} 7",
-        ] {
-            assert!(text.contains(line), "missing {line:?} in\n{text}");
-        }
-    }
-}
+mod tests;

@@ -209,7 +209,7 @@ fn collector_config_is_wired_and_matches_mvproxy() {
     for d in &dims {
         assert!(
             attrs.contains(d),
-            "dimension {d} is not a span attribute of README.md"
+            "dimension {d} is not a span attribute of docs/telemetry.md"
         );
     }
 

@@ -230,7 +230,7 @@ fn traces_dashboard_has_the_tempo_panels_of_the_issue() {
             if let Some(attr) = word.strip_prefix("span.") {
                 assert!(
                     attrs.contains(attr),
-                    "TraceQL attribute {attr} is not in README.md's span attributes: {q}"
+                    "TraceQL attribute {attr} is not in docs/telemetry.md's span attributes: {q}"
                 );
             }
         }
@@ -249,7 +249,7 @@ fn datasource_provisioning_links_exemplars_traces_and_metrics() {
     };
     let (prom, tempo, jaeger) = (by_type("prometheus"), by_type("tempo"), by_type("jaeger"));
     let (prom_uid, tempo_uid) = (s(&prom["uid"]), s(&tempo["uid"]));
-    // Exemplars: the label is `trace_id` (README.md: exemplars carry the sampled `trace_id`, and what
+    // Exemplars: the label is `trace_id` (docs/telemetry.md: exemplars carry the sampled `trace_id`, and what
     // the spanmetrics connector emits) and one destination is the Tempo datasource.
     let dests = seq(&prom["jsonData"]["exemplarTraceIdDestinations"]);
     assert!(
@@ -258,7 +258,7 @@ fn datasource_provisioning_links_exemplars_traces_and_metrics() {
             .any(|d| s(&d["name"]) == "trace_id" && s(&d["datasourceUid"]) == tempo_uid),
         "{dests:?}"
     );
-    assert!(read("README.md").contains("exemplars carry the sampled `trace_id`"));
+    assert!(read("docs/telemetry.md").contains("exemplars carry the sampled `trace_id`"));
     assert_eq!(
         s(&tempo["jsonData"]["tracesToMetrics"]["datasourceUid"]),
         prom_uid

@@ -5,11 +5,11 @@
 //! dashboards, collector config, compose stack and Kubernetes manifests hold together.
 //!
 //! What cannot run here (Grafana, the collector, Tempo, Jaeger: no binaries on these machines)
-//! is checked structurally against the naming the collector documents and README.md's span
+//! is checked structurally against the naming the collector documents and docs/telemetry.md's span
 //! attributes.
 //!
 //! One file per topic: [`promql`] (promtool parses every expression, the rules' unit tests),
-//! [`dashboards`] (panels, datasources, the README's span attributes), [`collector`] (the
+//! [`dashboards`] (panels, datasources, docs/telemetry.md's span attributes), [`collector`] (the
 //! collector config and its builder manifest), [`deploy`] (compose and Kubernetes
 //! manifests, checked by `mvproxy check-config`) read files and start no proxy; [`live`] is
 //! the one test that scrapes a running two-release cluster with a real Prometheus.
@@ -26,7 +26,7 @@ use integration::*;
 use mvproxy_telemetry::metrics::REQUEST_BUCKETS;
 use serde_json::Value;
 
-/// The families of README.md's metric table.
+/// The families of docs/telemetry.md's metric table.
 const CONTRACT_FAMILIES: [&str; 14] = [
     "mvproxy_rerouted_request_total",
     "mvproxy_peer_proxy_errors_total",
@@ -256,12 +256,12 @@ async fn promtool_parses(dir: &Path, exprs: &[(String, String)]) -> (bool, Strin
     promtool(dir, &["check", "rules", "expressions.yml"], None).await
 }
 
-/// The span attribute names the README's telemetry contract lists ("Attributes: …").
+/// The span attribute names the telemetry contract (docs/telemetry.md) lists ("Attributes: …").
 fn contract_span_attributes() -> BTreeSet<String> {
-    let readme = read("README.md");
+    let readme = read("docs/telemetry.md");
     let start = readme
         .find("Attributes: ")
-        .expect("README.md lists span attributes");
+        .expect("docs/telemetry.md lists span attributes");
     let rest = &readme[start..];
     let end = rest.find("Cache lookups").unwrap_or(rest.len());
     let attrs: BTreeSet<String> = rest[..end]

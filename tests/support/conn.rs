@@ -210,9 +210,9 @@ pub async fn tls_connect(
 
 /// A client config trusting the CA in `ca_file`, offering `alpn` (e.g. `http/1.1`).
 pub fn client_config(ca_file: &std::path::Path, alpn: &[&str]) -> Arc<rustls::ClientConfig> {
-    mvproxy::tls::install_provider();
+    mvproxy_core::tls::install_provider();
     let mut roots = rustls::RootCertStore::empty();
-    for cert in mvproxy::tls::load_certs(ca_file).expect("CA file") {
+    for cert in mvproxy_core::tls::load_certs(ca_file).expect("CA file") {
         roots.add(cert).expect("CA");
     }
     let mut config = rustls::ClientConfig::builder()

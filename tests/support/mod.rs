@@ -105,20 +105,20 @@ enum Backend {
         child: Child,
         log: Arc<Mutex<Vec<String>>>,
     },
-    InProcess(Option<mvproxy::app::Running>),
+    InProcess(Option<mvproxy_core::app::Running>),
 }
 
 /// `mvproxy serve`'s flags, parsed as the binary parses them.
 #[derive(clap::Parser)]
 struct Serve {
     #[command(flatten)]
-    args: mvproxy::config::ServeArgs,
+    args: mvproxy_core::config::ServeArgs,
 }
 
 /// Binds a proxy and an admin listener on loopback, on ports the OS picks.
-pub async fn bind_sockets() -> mvproxy::app::Sockets {
+pub async fn bind_sockets() -> mvproxy_core::app::Sockets {
     let any = "127.0.0.1:0".parse().expect("addr");
-    mvproxy::app::Sockets::bind(&mvproxy::config::Listeners {
+    mvproxy_core::app::Sockets::bind(&mvproxy_core::config::Listeners {
         proxy: any,
         admin: any,
     })
@@ -129,7 +129,7 @@ pub async fn bind_sockets() -> mvproxy::app::Sockets {
 impl Proxy {
     /// Starts the app in this process with `args` (`mvproxy serve`'s flags) on `sockets`,
     /// which the caller bound: their addresses are known before it starts.
-    pub async fn in_process(sockets: mvproxy::app::Sockets, args: &[String]) -> Proxy {
+    pub async fn in_process(sockets: mvproxy_core::app::Sockets, args: &[String]) -> Proxy {
         use clap::Parser;
         let tls = args.iter().any(|a| a == "--tls-cert-file");
         let serve =
@@ -139,7 +139,7 @@ impl Proxy {
             .args
             .load()
             .unwrap_or_else(|e| panic!("{args:?}: {e}"));
-        let running = mvproxy::app::start(&config, sockets)
+        let running = mvproxy_core::app::start(&config, sockets)
             .await
             .unwrap_or_else(|e| panic!("start {args:?}: {e}"));
         Proxy {

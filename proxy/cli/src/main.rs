@@ -1,16 +1,23 @@
 //! The `mvproxy` command: parse, validate, start, run until SIGTERM or Ctrl-C.
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use mvproxy::config::{ConfigError, EXIT_CONFIG, LogFormat, ServeArgs};
-use mvproxy::target::report::ReadinessArgs;
+use mvproxy_core::config::{ConfigError, EXIT_CONFIG, LogFormat, ServeArgs};
+use mvproxy_core::target::report::ReadinessArgs;
 use mvproxy_demo::DemoArgs;
+
+/// `mvproxy --version`: the release and the commit it was built from (see build.rs).
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("MVPROXY_GIT_COMMIT"),
+    ")"
+);
 
 /// A version-aware proxy for Kubernetes API servers during mixed-version upgrades.
 #[derive(Parser)]
-#[command(name = "mvproxy", version)]
+#[command(name = "mvproxy", version = VERSION)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -26,12 +33,9 @@ enum Command {
     /// Report, from every proxy's admin endpoint, the clients the target release will break
     /// (exit 1 if any would, 2 if a proxy cannot be read).
     Readiness(Box<ReadinessArgs>),
-    /// Validate a configuration file and exit (0 if valid, 2 if not).
-    CheckConfig {
-        /// The YAML file to check.
-        #[arg(long)]
-        config: PathBuf,
-    },
+    /// Validate a configuration (serve's flags, --config file and OTEL_* variables, read as
+    /// serve reads them, files named checked) and exit: 0 if valid, 2 if not. Nothing starts.
+    CheckConfig(Box<ServeArgs>),
 }
 
 fn main() -> ExitCode {
@@ -43,21 +47,21 @@ fn main() -> ExitCode {
                 Err(e) => return config_error(&e),
             };
             run(config.log_format == LogFormat::Json, None, async move {
-                let sockets = match mvproxy::app::Sockets::bind(&config.listeners).await {
+                let sockets = match mvproxy_core::app::Sockets::bind(&config.listeners).await {
                     Ok(s) => s,
                     Err(e) => {
                         eprintln!("mvproxy: {e}");
                         return ExitCode::FAILURE;
                     }
                 };
-                let running = match mvproxy::app::start(&config, sockets).await {
+                let running = match mvproxy_core::app::start(&config, sockets).await {
                     Ok(r) => r,
                     Err(e) => {
                         eprintln!("mvproxy: {e}");
                         return ExitCode::FAILURE;
                     }
                 };
-                mvproxy::app::shutdown_signal().await;
+                mvproxy_core::app::shutdown_signal().await;
                 tracing::info!("shutting down: draining in-flight requests");
                 running.shutdown().await;
                 ExitCode::SUCCESS
@@ -68,18 +72,24 @@ fn main() -> ExitCode {
         Command::Demo(args) => run(false, Some("error"), mvproxy_demo::run(*args)),
         // Its output is the report: logs only for errors unless RUST_LOG asks for more.
         Command::Readiness(args) => run(false, Some("error"), async move {
-            ExitCode::from(mvproxy::target::report::run(*args).await)
+            ExitCode::from(mvproxy_core::target::report::run(*args).await)
         }),
-        Command::CheckConfig { config } => {
-            let args = ServeArgs {
-                config: Some(config.clone()),
-                ..ServeArgs::default()
-            };
-            match args.load() {
+        Command::CheckConfig(args) => {
+            // The `OTEL_*` variables serve would read, so a manifest's environment is checked too.
+            if let Err(e) =
+                mvproxy_telemetry::Settings::from_lookup(|k| std::env::var(k).ok(), false)
+            {
+                eprintln!("mvproxy: {e}");
+                return ExitCode::from(EXIT_CONFIG as u8);
+            }
+            let source = args
+                .config
+                .as_deref()
+                .map_or_else(|| "flags".to_owned(), |p| p.display().to_string());
+            match (*args).load() {
                 Ok(c) => {
                     println!(
-                        "{}: valid (local {}, {} peer(s), listen {}, admin {})",
-                        config.display(),
+                        "{source}: valid (local {}, {} peer(s), listen {}, admin {})",
                         c.local,
                         c.static_peers().len(),
                         c.listeners.proxy,

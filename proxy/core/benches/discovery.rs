@@ -10,12 +10,12 @@ use std::hint::black_box;
 
 use criterion::{BatchSize, BenchmarkId, Criterion, criterion_group, criterion_main};
 use http::{HeaderMap, Method};
-use mvproxy::classify::classify;
-use mvproxy::discovery::types::{
+use mvproxy_core::classify::classify;
+use mvproxy_core::discovery::types::{
     ApiGroupDiscovery, ApiResourceDiscovery, ApiVersionDiscovery, ObjectMeta,
 };
-use mvproxy::discovery::{ServerState, Snapshot};
-use mvproxy::route::{Route, decide};
+use mvproxy_core::discovery::{ServerState, Snapshot};
+use mvproxy_core::route::{Route, decide};
 
 mod common;
 use common::{fixture, state, view};

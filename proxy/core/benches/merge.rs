@@ -7,8 +7,8 @@ use std::hint::black_box;
 mod common;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use mvproxy::discovery::merge::{Merged, encode_with_etag, merge};
-use mvproxy::discovery::types::{ApiGroupDiscovery, ApiGroupDiscoveryList};
+use mvproxy_core::discovery::merge::{Merged, encode_with_etag, merge};
+use mvproxy_core::discovery::types::{ApiGroupDiscovery, ApiGroupDiscoveryList};
 
 use common::fixture;
 

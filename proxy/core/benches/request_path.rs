@@ -1,7 +1,7 @@
 //! Cost of the per-request work before any I/O: classifying the path, and the routing
 //! decision over a snapshot built from real discovery documents (1.34-dev local, 1.31-dev
 //! peer), for a locally served GVR, a peer-only one and one nobody serves; and the readiness
-//! record of a request (`mvproxy::readiness`): nothing for a GVR every server serves, the
+//! record of a request (`mvproxy_core::skew`): nothing for a GVR every server serves, the
 //! `User-Agent` parsed and the client counted for one in the skew.
 
 use std::collections::BTreeSet;
@@ -10,11 +10,11 @@ use std::sync::Arc;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use http::{HeaderMap, Method};
-use mvproxy::classify::classify;
-use mvproxy::discovery::{ServerState, Snapshot};
-use mvproxy::readiness::Readiness;
-use mvproxy::readiness::side::ServerVersion;
-use mvproxy::route::decide;
+use mvproxy_core::classify::classify;
+use mvproxy_core::discovery::side::ServerVersion;
+use mvproxy_core::discovery::{ServerState, Snapshot};
+use mvproxy_core::route::decide;
+use mvproxy_core::skew::SkewClients;
 use mvproxy_telemetry::metrics::Metrics;
 use prometheus_client::registry::Registry;
 
@@ -90,7 +90,7 @@ fn bench(c: &mut Criterion) {
         });
     }
     let mut registry = Registry::default();
-    let readiness = Readiness::new(
+    let skew_clients = SkewClients::new(
         100,
         Arc::new(Metrics::register(&mut registry)),
         http::header::HeaderName::from_static("x-remote-user"),
@@ -106,7 +106,7 @@ fn bench(c: &mut Criterion) {
         let info = classify(&Method::GET, path, None);
         let route = decide(&info, &Method::GET, &headers, &snap, |_| 0);
         c.bench_function(&format!("readiness/{name}"), |b| {
-            b.iter(|| readiness.observe(black_box(&snap), black_box(&info), &route, &kcm))
+            b.iter(|| skew_clients.observe(black_box(&snap), black_box(&info), &route, &kcm))
         });
     }
 }

@@ -6,7 +6,9 @@
 //!
 //! Plain HTTP is for loopback only (config validation refuses anything else); over TLS
 //! (`--admin-tls-cert-file`) every request is authenticated and authorized by the local API
-//! server, as a control-plane component's are ([`crate::delegated`]).
+//! server, as a control-plane component's are ([`crate::admin::auth`]).
+
+pub(crate) mod auth;
 
 use std::sync::Arc;
 
@@ -25,19 +27,19 @@ use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
-use crate::delegated::{Delegated, User, cert_user};
+use crate::admin::auth::{AdminAuth, User, cert_user};
 use crate::discovery::{Cache, ServerState};
-use crate::readiness::Readiness;
+use crate::skew::SkewClients;
 
 /// What the admin endpoints read.
 #[derive(Clone)]
 pub(crate) struct Admin {
     pub cache: Arc<Cache>,
     pub registry: Arc<Registry>,
-    pub readiness: Arc<Readiness>,
+    pub skew_clients: Arc<SkewClients>,
     /// Authentication and authorization by the local API server (admin over TLS); `None`
     /// on a plain loopback listener.
-    pub delegated: Option<Arc<Delegated>>,
+    pub auth: Option<Arc<AdminAuth>>,
 }
 
 /// The verified client certificate of an admin connection.
@@ -59,7 +61,7 @@ pub(crate) fn router(admin: Admin) -> Router {
 
 /// Refuses what the local API server does not allow (when delegated).
 async fn guard(State(admin): State<Admin>, req: Request, next: Next) -> Response {
-    if let Some(d) = &admin.delegated {
+    if let Some(d) = &admin.auth {
         let user = req.extensions().get::<CertUser>().and_then(|c| c.0.clone());
         let (method, path, headers) = (
             req.method().clone(),
@@ -130,7 +132,7 @@ pub(crate) async fn serve(
                     }
                 },
             );
-            let io = TokioIo::new(crate::limits::FirstBytes::new(
+            let io = TokioIo::new(crate::limits::FirstBytesDeadline::new(
                 tls,
                 crate::limits::HEADER_READ_TIMEOUT,
             ));
@@ -186,9 +188,9 @@ async fn debug_discovery(State(admin): State<Admin>) -> Response {
 }
 
 /// Per client, the GVRs of the skew it used: those that break after the upgrade, those that
-/// break on a rollback (see `crate::readiness`).
+/// break on a rollback (see `crate::skew`).
 async fn debug_clients(State(admin): State<Admin>) -> Response {
-    axum::Json(admin.readiness.report(&admin.cache.load())).into_response()
+    axum::Json(admin.skew_clients.report(&admin.cache.load())).into_response()
 }
 
 fn server_json(s: &ServerState) -> serde_json::Value {

@@ -18,20 +18,21 @@ use tokio::task::JoinHandle;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
+use crate::admin::auth::{AdminAuth, Settings as AdminAuthSettings};
 use crate::admin::{self, Admin};
 use crate::config::{AdminSecurity, ClusterPeers, Config, Identity, Listeners, PeerReader, Peers};
-use crate::delegated::{Delegated, Settings as DelegatedSettings};
 use crate::discovery::Cache;
 use crate::discovery::refresh::{PeerSpec, RefreshSettings, UpstreamFactory};
-use crate::forward::{ClientSettings, Upstream, port_of};
 use crate::identity::Authenticator;
 use crate::kubeconfig::KubeConfig;
 use crate::peers::KubeSource;
-use crate::readiness::Readiness;
+use crate::plumbing::port_of;
 use crate::server::{self, App};
+use crate::skew::SkewClients;
 use crate::spans;
 use crate::tls::reload::Reloader;
 use crate::tls::{self, TlsError};
+use crate::upstream::{ClientSettings, Upstream};
 
 /// Why mvproxy could not start.
 #[derive(Debug, thiserror::Error)]
@@ -54,7 +55,7 @@ pub enum StartError {
         /// The upstream's URL.
         name: String,
         /// Why.
-        source: crate::forward::UpstreamError,
+        source: crate::upstream::UpstreamError,
     },
 }
 
@@ -177,7 +178,7 @@ pub async fn start(config: &Config, sockets: Sockets) -> Result<Running, StartEr
         metrics.clone(),
     );
     let (auth, acceptor) = proxy_tls(config, &mut reloader)?;
-    let (admin_tls, delegated) = admin_security(config, &mut reloader, &local)?;
+    let (admin_tls, admin_auth) = admin_security(config, &mut reloader, &local)?;
     let peer_source = match &config.peers {
         Peers::Static(peers) => {
             cache.set_peers(
@@ -202,8 +203,8 @@ pub async fn start(config: &Config, sockets: Sockets) -> Result<Running, StartEr
         .map(crate::target::TargetSource::load)
         .transpose()?
         .map(Arc::new);
-    let readiness = Arc::new(
-        Readiness::new(
+    let skew_clients = Arc::new(
+        SkewClients::new(
             config.max_tracked_clients,
             metrics.clone(),
             config.header_names.user.clone(),
@@ -217,13 +218,13 @@ pub async fn start(config: &Config, sockets: Sockets) -> Result<Running, StartEr
         cache: cache.clone(),
         metrics,
         limits: config.limits,
-        readiness: readiness.clone(),
+        skew_clients: skew_clients.clone(),
     });
     let admin = Admin {
         cache: cache.clone(),
         registry: Arc::new(registry),
-        readiness,
-        delegated,
+        skew_clients,
+        auth: admin_auth,
     };
     let shutdown = CancellationToken::new();
     let tasks = tokio::spawn(run(
@@ -347,7 +348,7 @@ fn admin_security(
     config: &Config,
     reloader: &mut Reloader,
     local: &Upstream,
-) -> Result<(Option<TlsAcceptor>, Option<Arc<Delegated>>), StartError> {
+) -> Result<(Option<TlsAcceptor>, Option<Arc<AdminAuth>>), StartError> {
     let AdminSecurity::Tls(t) = &config.admin else {
         return Ok((None, None));
     };
@@ -361,15 +362,15 @@ fn admin_security(
         reloader.serving_cert(&t.serving.cert, &t.serving.key)?,
         clients,
     )?));
-    let delegated = Delegated::new(
+    let auth = AdminAuth::new(
         local.clone(),
-        DelegatedSettings {
+        AdminAuthSettings {
             always_allow: t.always_allow.clone(),
             token_file: t.token.path(),
             cache_ttl: t.cache_ttl,
         },
     );
-    Ok((Some(acceptor), Some(Arc::new(delegated))))
+    Ok((Some(acceptor), Some(Arc::new(auth))))
 }
 
 /// Everything that runs until shutdown.

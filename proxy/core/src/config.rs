@@ -20,10 +20,10 @@ use std::time::Duration;
 
 use http::Uri;
 
-use crate::discovery::ServerName;
 use crate::identity::HeaderNames;
 use crate::limits::Limits;
 use crate::peers::Kind;
+use crate::plumbing::ServerName;
 use crate::target::TargetSource;
 
 mod args;
@@ -76,7 +76,7 @@ pub struct Config {
     pub timing: Timing,
     /// Request and connection limits.
     pub limits: Limits,
-    /// Clients named by [`crate::readiness`] before the rest count as `other`.
+    /// Clients named by [`crate::skew`] before the rest count as `other`.
     pub max_tracked_clients: usize,
     /// The log line format.
     pub log_format: LogFormat,
@@ -266,7 +266,7 @@ pub struct RequestHeaderTrust {
     pub allowed_names: Vec<String>,
 }
 
-/// The admin listener's security (see `crate::delegated`).
+/// The admin listener's security (see `crate::admin::auth`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AdminSecurity {
     /// Plain HTTP, no authentication: loopback, or asked for by name.

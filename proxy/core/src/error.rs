@@ -13,12 +13,12 @@ use bytes::Bytes;
 use http::{HeaderValue, Response, StatusCode, header};
 use mvproxy_telemetry::metrics::values;
 
-use crate::discovery::ServerName;
+use crate::plumbing::ServerName;
 
 /// What kind of transport failure a [`ProxyError::Transport`] is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TransportFailure {
-    /// The upstream's host name did not resolve ([`crate::forward::ResolveError`]).
+    /// The upstream's host name did not resolve ([`crate::upstream::ResolveError`]).
     NameResolution,
     /// Anything else: refused, reset, TLS, a body that stopped.
     Other,

@@ -7,29 +7,29 @@
 //! a peer that serves it, and merges every server's aggregated discovery.
 //!
 //! # Layout
-//! One request flows one way through these modules:
+//! One request meets these modules in this order (ARCHITECTURE.md has one line for each):
+//! - `server` accepts the connection and runs the request through the rest; [`limits`] bounds
+//!   what the client can make it hold; [`tls`] does the handshake;
 //! - [`classify`]: the path as kube-apiserver's RequestInfo reads it;
 //! - [`discovery`]: what each server serves (fetch, refresh, the routing snapshot, merge);
 //! - [`route`]: the decision, a pure function of the request and the snapshot;
 //! - [`identity`]: what the API servers are told about who the client is;
-//! - [`forward`]: streaming the request to the chosen upstream and its answer back;
+//! - [`skew`]: which clients use GVRs that not every server serves, and on which side of the
+//!   upgrade (`mvproxy_skew_requests_total`, `/debug/clients`); `spans`: the trace of it;
+//! - [`upstream`]: streaming the request to the chosen upstream and its answer back;
 //! - [`error`]: every failure mvproxy answers itself, as a Kubernetes `Status`;
-//! - `server` ties them together per request and runs the listener, with `spans` for
-//!   the trace of each request; `admin` serves health, readiness, metrics and
-//!   `/debug/discovery`; [`readiness`] records which clients use GVRs that not every server
-//!   serves, and on which side of the upgrade (`mvproxy_skew_requests_total`,
-//!   `/debug/clients`).
+//! - [`plumbing`]: the body and error types all of them pass around.
+//!
+//! Off the request path: [`peers`] finds peers in the cluster (identity Leases or
+//! EndpointSlices), read from the local API server or through a [`kubeconfig`]; `admin` serves
+//! health, readiness, metrics and `/debug/discovery`; [`config`] turns flags and YAML into a
+//! validated [`config::Config`]; [`app`] starts everything from it.
 //!
 //! [`target`] knows, before the upgrade starts, what the release it heads for serves: the
-//! readiness recorder counts per client the requests that release will not serve.
+//! skew's client recorder counts per client the requests that release will not serve.
 //!
-//! [`peers`] finds peers in the cluster (identity Leases or EndpointSlices), read from the local
-//! API server or through a [`kubeconfig`].
-//!
-//! [`config`] turns flags and YAML into a validated [`config::Config`]; [`app`] starts
-//! everything from it. [`limits`] bounds what one client can make the proxy hold (request
-//! heads and bodies, connections, discovery documents); [`tls`] builds the TLS configs from
-//! files and reloads them when they change.
+//! A module uses only the modules below it: there is no cycle of imports between them
+//! (`scripts/check-layers.py` checks it in CI).
 //!
 //! The stand-in API server (`mvproxy-standin`, which shares no code with this crate) and
 //! `mvproxy demo` (`mvproxy-demo`, which uses both) are crates of their own: nothing here can
@@ -44,22 +44,20 @@ pub(crate) mod admin;
 pub mod app;
 pub mod classify;
 pub mod config;
-pub(crate) mod delegated;
 pub mod discovery;
 pub mod error;
-pub mod forward;
-pub(crate) mod h1pool;
-pub(crate) mod h2pool;
 pub mod identity;
 pub mod kubeconfig;
 pub mod limits;
 pub mod peers;
-pub mod readiness;
+pub mod plumbing;
 pub mod route;
 pub(crate) mod server;
+pub mod skew;
 pub(crate) mod spans;
 pub mod target;
 #[cfg(test)]
 mod testkit;
 pub mod tls;
+pub mod upstream;
 pub(crate) mod watch_end;

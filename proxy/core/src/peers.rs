@@ -27,9 +27,10 @@ use mvproxy_telemetry::metrics::{Metrics, TypeLabels, values};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+use crate::discovery::Cache;
 use crate::discovery::refresh::PeerSpec;
-use crate::discovery::{Cache, ServerName};
-use crate::forward::Upstream;
+use crate::plumbing::ServerName;
+use crate::upstream::Upstream;
 
 /// Full relist interval, whatever the watch says.
 pub const RESYNC: Duration = Duration::from_secs(300);

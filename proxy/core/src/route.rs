@@ -16,13 +16,12 @@ use http::{HeaderMap, Method};
 use mvproxy_telemetry::metrics::values;
 
 use crate::classify::{DiscoveryPath, Gvr, RequestInfo};
+use crate::discovery::Snapshot;
 use crate::discovery::negotiate::{DiscoveryFormat, negotiate};
 use crate::discovery::snapshot::Serving;
-use crate::discovery::{ServerName, Snapshot};
 use crate::error::ProxyError;
-
-/// The loop-guard header upstream sets on the peer hop.
-pub const PEER_PROXIED: &str = "x-kubernetes-peer-proxied";
+use crate::plumbing::ServerName;
+use crate::upstream::PEER_PROXIED;
 
 /// Why a request is served by the local API server (the `mvproxy.reason` values).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -29,14 +29,16 @@ use tokio_util::sync::CancellationToken;
 use crate::classify::{DiscoveryPath, RequestInfo, classify};
 use crate::discovery::negotiate::{DiscoveryFormat, negotiate};
 use crate::discovery::types::CONTENT_TYPE_V2;
-use crate::discovery::{Cache, ServerName, Snapshot};
+use crate::discovery::{Cache, Snapshot};
 use crate::error::ProxyError;
-use crate::forward::{Body, BoxError, Upstream, full};
 use crate::identity::{Authenticator, ClientIdentity};
 use crate::limits::{self, LimitedBody, Limits};
-use crate::readiness::Readiness;
+use crate::plumbing::ServerName;
+use crate::plumbing::{Body, BoxError, full};
 use crate::route::{LocalReason, MergedFormat, Route, decide};
+use crate::skew::SkewClients;
 use crate::spans;
+use crate::upstream::Upstream;
 use crate::watch_end::{Framing, WatchBody};
 
 /// A client's request body as [`handle`] takes it: hyper's [`Incoming`](hyper::body::Incoming) on the listener.
@@ -58,12 +60,12 @@ pub(crate) struct App {
     pub metrics: Arc<Metrics>,
     pub limits: Limits,
     /// Who uses the GVRs of the skew (`mvproxy_skew_requests_total`, `/debug/clients`).
-    pub readiness: Arc<Readiness>,
+    pub skew_clients: Arc<SkewClients>,
 }
 
 /// Handles one request from a client with `identity`: classify → look up and decide →
 /// forward → record. A request for a GVR in the skew is also recorded with its client
-/// ([`Readiness::observe`], once identity headers are settled).
+/// ([`SkewClients::observe`], once identity headers are settled).
 ///
 /// Generic over the request body: the listener passes hyper's
 /// [`Incoming`](hyper::body::Incoming), a test any body.
@@ -100,10 +102,12 @@ where
 
     // 3. forward, or answer
     app.auth.apply(&identity, req.headers_mut());
-    let requester = app.readiness.observe(&snap, &info, &route, req.headers());
+    let requester = app
+        .skew_clients
+        .observe(&snap, &info, &route, req.headers());
     let result = respond(&app, &snap, &span, &info, &route, req).await;
     if let (Some(requester), Ok(resp)) = (requester, &result) {
-        app.readiness
+        app.skew_clients
             .answered(&snap, &info, requester, resp.headers());
     }
     let resp = result.unwrap_or_else(|e| {
@@ -474,8 +478,10 @@ pub(crate) async fn serve(
                     Ok(s) => {
                         let identity = app.auth.identify(s.get_ref().1.peer_certificates());
                         let h2 = s.get_ref().1.alpn_protocol() == Some(b"h2".as_slice());
-                        let io =
-                            TokioIo::new(limits::FirstBytes::new(s, limits::HEADER_READ_TIMEOUT));
+                        let io = TokioIo::new(limits::FirstBytesDeadline::new(
+                            s,
+                            limits::HEADER_READ_TIMEOUT,
+                        ));
                         if h2 {
                             // For HTTP/2 each request's future is boxed: hyper's HTTP/2 server
                             // spawns a task per request holding it, and tokio moves a task's
@@ -502,8 +508,10 @@ pub(crate) async fn serve(
                     }
                 },
                 None => {
-                    let io =
-                        TokioIo::new(limits::FirstBytes::new(stream, limits::HEADER_READ_TIMEOUT));
+                    let io = TokioIo::new(limits::FirstBytesDeadline::new(
+                        stream,
+                        limits::HEADER_READ_TIMEOUT,
+                    ));
                     let service = connection_service(app, ClientIdentity::Anonymous, answer);
                     let conn = builder.serve_connection_with_upgrades(io, service);
                     watcher.watch(conn.into_owned()).await

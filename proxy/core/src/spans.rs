@@ -17,8 +17,8 @@ use mvproxy_telemetry::metrics::values;
 use mvproxy_telemetry::trace::{KeyValue, RequestSpan, StringValue, Value};
 
 use crate::classify::RequestInfo;
-use crate::discovery::ServerName;
 use crate::error::ProxyError;
+use crate::plumbing::ServerName;
 use crate::route::Route;
 
 /// `{method} {route}`, with the templated route (or just the method for non-resource paths).
@@ -158,7 +158,7 @@ pub(crate) fn client(
                 "server.address",
                 upstream.host().unwrap_or_default().to_owned(),
             ),
-            KeyValue::new("server.port", i64::from(crate::forward::port_of(upstream))),
+            KeyValue::new("server.port", i64::from(crate::plumbing::port_of(upstream))),
         ]);
         if let Some(p) = peer {
             attrs.push(KeyValue::new("mvproxy.peer", StringValue::from(p.shared())));

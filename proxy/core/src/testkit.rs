@@ -14,13 +14,14 @@ use crate::discovery::refresh::{PeerSpec, RefreshError, RefreshSettings, Upstrea
 use crate::discovery::types::{
     ApiGroupDiscovery, ApiResourceDiscovery, ApiVersionDiscovery, ObjectMeta,
 };
-use crate::discovery::{Cache, ServerName, ServerView};
+use crate::discovery::{Cache, ServerView};
 use crate::error::{ProxyError, TransportFailure};
-use crate::forward::{ClientSettings, Upstream};
 use crate::identity::{Authenticator, HeaderNames};
 use crate::limits::Limits;
-use crate::readiness::Readiness;
+use crate::plumbing::ServerName;
 use crate::server::App;
+use crate::skew::SkewClients;
+use crate::upstream::{ClientSettings, Upstream};
 
 /// A view serving `gvrs` given as "group/version/resource" ("" group for core).
 pub(crate) fn view(gvrs: &[(&str, &str, &str)]) -> Arc<ServerView> {
@@ -135,7 +136,7 @@ impl Harness {
                 })
                 .collect(),
         );
-        let readiness = Arc::new(Readiness::new(
+        let skew_clients = Arc::new(SkewClients::new(
             100,
             metrics.clone(),
             HeaderName::from_static("x-remote-user"),
@@ -150,7 +151,7 @@ impl Harness {
             cache,
             metrics,
             limits,
-            readiness,
+            skew_clients,
         });
         Self {
             app,
@@ -174,8 +175,8 @@ impl Harness {
         crate::admin::Admin {
             cache: self.app.cache.clone(),
             registry: self.registry.clone(),
-            readiness: self.app.readiness.clone(),
-            delegated: None,
+            skew_clients: self.app.skew_clients.clone(),
+            auth: None,
         }
     }
 

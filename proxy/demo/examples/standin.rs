@@ -64,7 +64,7 @@ fn main() -> ExitCode {
             }
         };
         println!("ready {}", running.url());
-        mvproxy::app::shutdown_signal().await;
+        mvproxy_core::app::shutdown_signal().await;
         running.shutdown().await;
         ExitCode::SUCCESS
     })

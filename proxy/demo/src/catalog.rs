@@ -15,8 +15,8 @@ mod table;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use mvproxy::classify::Gvr;
-use mvproxy::discovery::types::{
+use mvproxy_core::classify::Gvr;
+use mvproxy_core::discovery::types::{
     ApiGroupDiscovery, ApiGroupDiscoveryList, ApiResourceDiscovery, ApiSubresourceDiscovery,
     ApiVersionDiscovery, GroupVersionKind, ObjectMeta,
 };

@@ -21,7 +21,7 @@ use hyper_util::rt::TokioExecutor;
 use super::catalog::ApiResource;
 use super::plan::NODES;
 use super::workload::{Request, Verb};
-use mvproxy::discovery::types::CONTENT_TYPE_V2;
+use mvproxy_core::discovery::types::CONTENT_TYPE_V2;
 use mvproxy_standin::SERVER_HEADER;
 
 /// Longest a request may take, headers and body.

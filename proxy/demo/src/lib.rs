@@ -3,7 +3,7 @@
 //! Why it exists: the question an operator brings to mvproxy is "what will my clients see
 //! while I upgrade?", and the answer should not need a cluster. So the demo runs the whole
 //! story in one process on loopback sockets: three stand-in API servers on Kubernetes 1.31's
-//! API surface, a real mvproxy in front of each (started by [`mvproxy::app::start`], so the
+//! API surface, a real mvproxy in front of each (started by [`mvproxy_core::app::start`], so the
 //! request path, metrics and traces are production's), a client workload spread over the
 //! three proxies as a load balancer would, and then each node in turn drained, stopped and
 //! restarted on 1.34's surface. It ends with a report of what the clients met, checked
@@ -39,7 +39,7 @@ use clap::{Args, ValueEnum};
 use tokio_util::sync::CancellationToken;
 
 use catalog::Release;
-use mvproxy::config::ConfigError;
+use mvproxy_core::config::ConfigError;
 use plan::{SegmentKind, Surfaces, node_name};
 use report::{Inputs, NodeInfo};
 use stack::Stack;
@@ -77,6 +77,10 @@ pub struct DemoArgs {
     /// config [default: free ports]
     #[arg(long, value_name = "PORT")]
     pub admin_port: Option<u16>,
+    /// Address the admin listeners bind (plain HTTP): 0.0.0.0 lets a Prometheus in a local
+    /// container reach them through the host gateway; a local rehearsal only
+    #[arg(long, value_name = "IP", default_value_t = std::net::Ipv4Addr::LOCALHOST)]
+    pub admin_ip: std::net::Ipv4Addr,
     /// Print the planned requests as JSON lines and exit without starting anything
     #[arg(long)]
     pub plan_only: bool,
@@ -99,7 +103,7 @@ pub(crate) enum DemoError {
     #[error("starting {node}: {source}")]
     Start {
         node: String,
-        source: mvproxy::app::StartError,
+        source: mvproxy_core::app::StartError,
     },
     #[error("starting {node}: stand-in API server on {addr}: {source}")]
     StandIn {
@@ -172,7 +176,14 @@ pub async fn run(args: DemoArgs) -> ExitCode {
     announce(&args, &phases, &surfaces, &digest);
     let started = Instant::now();
     let first = phases[0].segments[0].state;
-    let mut stack = match Stack::start(&first, &surfaces, args.admin_port, &interrupt).await {
+    let mut stack = match Stack::start(
+        &first,
+        &surfaces,
+        (args.admin_ip, args.admin_port),
+        &interrupt,
+    )
+    .await
+    {
         Ok(s) => s,
         Err(DemoError::Interrupted) => {
             signals.abort();
@@ -368,7 +379,7 @@ async fn keep_running(stack: &Stack, interrupt: &CancellationToken) {
 
 /// Cancels `interrupt` on Ctrl-C or SIGTERM.
 async fn watch_signals(interrupt: CancellationToken) {
-    mvproxy::app::shutdown_signal().await;
+    mvproxy_core::app::shutdown_signal().await;
     interrupt.cancel();
 }
 

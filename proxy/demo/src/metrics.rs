@@ -215,7 +215,7 @@ pub(crate) fn parse(text: &str) -> Scrape {
     s
 }
 
-/// `group/version/resource`, or `version/resource` for core: as [`mvproxy::classify::Gvr`]
+/// `group/version/resource`, or `version/resource` for core: as [`mvproxy_core::classify::Gvr`]
 /// displays it.
 fn gvr(group: &str, version: &str, resource: &str) -> String {
     if group.is_empty() {

@@ -17,8 +17,8 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::catalog::{self, Release};
-use mvproxy::classify::Gvr;
-use mvproxy::readiness::side::{self, Side, Surface};
+use mvproxy_core::classify::Gvr;
+use mvproxy_core::discovery::side::{self, Side, Surface};
 
 /// Number of control-plane nodes.
 pub(crate) const NODES: usize = 3;

@@ -27,7 +27,7 @@ use super::metrics::{Scrape, SkewKey};
 use super::plan::{Expect, NODES, Phase, SegmentKind, Surfaces, node_name};
 use super::run::{Record, SegmentRun};
 use super::workload::{Agent, Verb, Workload};
-use mvproxy::readiness::side::Side;
+use mvproxy_core::discovery::side::Side;
 
 mod text;
 pub(crate) use text::text;

@@ -19,9 +19,9 @@ use super::DemoError;
 use super::catalog::{self, Release};
 use super::plan::{ClusterState, NODES, NodeState, Surfaces, node_name};
 use super::workload::{NAMESPACE, SEEDED, api_version, seeded_name};
-use mvproxy::app;
-use mvproxy::classify::Gvr;
-use mvproxy::config::{Listeners, ServeArgs};
+use mvproxy_core::app;
+use mvproxy_core::classify::Gvr;
+use mvproxy_core::config::{Listeners, ServeArgs};
 use mvproxy_standin::{self as standin, StandIn};
 
 /// Longest wait for every proxy to see a change.
@@ -53,11 +53,12 @@ pub(crate) struct Stack {
 
 impl Stack {
     /// Starts every node on `state` and waits until every proxy knows every server.
-    /// `admin_port`: admin listeners on `admin_port`, `+1`, `+2`; `None` for free ports.
+    /// `admin`: admin listeners on that address and port, `+1`, `+2`; port `None` for free
+    /// ports.
     pub(crate) async fn start(
         state: &ClusterState,
         surfaces: &Surfaces,
-        admin_port: Option<u16>,
+        admin: (Ipv4Addr, Option<u16>),
         interrupt: &CancellationToken,
     ) -> Result<Stack, DemoError> {
         let mut nodes = Vec::new();
@@ -75,7 +76,7 @@ impl Stack {
             });
         }
         let mut stack = Stack { nodes };
-        if let Err(e) = stack.start_proxies(admin_port).await {
+        if let Err(e) = stack.start_proxies(admin).await {
             stack.shutdown().await;
             return Err(e);
         }
@@ -88,14 +89,17 @@ impl Stack {
 
     /// Binds every proxy's listeners first, so each knows its peers' addresses, then
     /// starts the proxies on them.
-    async fn start_proxies(&mut self, admin_port: Option<u16>) -> Result<(), DemoError> {
+    async fn start_proxies(
+        &mut self,
+        (admin_ip, admin_port): (Ipv4Addr, Option<u16>),
+    ) -> Result<(), DemoError> {
         let loopback = |port: u16| SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, port));
         let mut sockets = Vec::with_capacity(NODES);
         for i in 0..NODES {
             let admin = admin_port.map_or(0, |p| p.saturating_add(i as u16));
             let bound = app::Sockets::bind(&Listeners {
                 proxy: loopback(0),
-                admin: loopback(admin),
+                admin: SocketAddr::V4(SocketAddrV4::new(admin_ip, admin)),
             })
             .await
             .map_err(DemoError::Bind)?;

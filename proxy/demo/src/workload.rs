@@ -23,7 +23,7 @@ use sha2::{Digest, Sha256};
 
 use super::catalog::{self, ApiResource};
 use super::plan::{Expect, Phase, SegmentKind, Surfaces, node_name};
-use mvproxy::readiness::side::Side;
+use mvproxy_core::discovery::side::Side;
 
 /// GVRs that controllers and kubectl use most, as `group/version/resource` (core: `v1/…`).
 const HOT: &[&str] = &[
@@ -120,7 +120,7 @@ impl Verb {
 }
 
 /// The simulated clients, each with a `User-Agent` as its real counterpart writes it (see
-/// [`mvproxy::readiness::agent`]).
+/// [`mvproxy_core::skew::agent`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub(crate) enum Agent {
@@ -153,7 +153,7 @@ impl Agent {
 
     /// The `client` label mvproxy gives it.
     pub(crate) fn client(self) -> String {
-        mvproxy::readiness::agent::parse(self.user_agent().as_bytes()).client()
+        mvproxy_core::skew::agent::parse(self.user_agent().as_bytes()).client()
     }
 
     /// Who sends a request: a function of the request alone, so the seed's sequence is
@@ -590,8 +590,11 @@ mod tests {
         assert_eq!(Agent::Operator.client(), "flowschema-tuner");
         // The operator's group-version is one the upgrade removes.
         let s = Surfaces::new();
-        let fs =
-            mvproxy::classify::Gvr::new("flowcontrol.apiserver.k8s.io", "v1beta3", "flowschemas");
+        let fs = mvproxy_core::classify::Gvr::new(
+            "flowcontrol.apiserver.k8s.io",
+            "v1beta3",
+            "flowschemas",
+        );
         assert!(s.serves(super::super::catalog::Release::Old, &fs));
         assert!(!s.serves(super::super::catalog::Release::New, &fs));
     }

@@ -7,8 +7,8 @@
 
 use std::sync::Arc;
 
-use mvproxy::discovery::types::{ApiGroupDiscovery, ApiGroupDiscoveryList};
-use mvproxy::discovery::{ServerState, ServerView};
+use mvproxy_core::discovery::types::{ApiGroupDiscovery, ApiGroupDiscoveryList};
+use mvproxy_core::discovery::{ServerState, ServerView};
 
 /// The groups of the aggregated document at `path` under `fixtures/discovery/`.
 pub fn fixture(path: &str) -> Vec<ApiGroupDiscovery> {

@@ -1,7 +1,7 @@
 //! Every default of `mvproxy serve`, named once: validation reads them, `--help` shows them.
 //!
 //! The limits' defaults live beside the limits ([`crate::limits`]), the tracked clients'
-//! beside the registry ([`crate::readiness::clients`]) and the identity header names beside
+//! beside the registry ([`crate::skew::clients`]) and the identity header names beside
 //! the headers ([`crate::identity::HeaderNames`]); this module re-exports them, so the help
 //! text and validation cannot disagree with the code that applies them.
 
@@ -13,7 +13,7 @@ pub use crate::limits::{
     DEFAULT_MAX_REQUEST_BODY_BYTES as MAX_REQUEST_BODY_BYTES,
     DEFAULT_MAX_REQUEST_HEADER_BYTES as MAX_REQUEST_HEADER_BYTES,
 };
-pub use crate::readiness::clients::DEFAULT_MAX_CLIENTS as MAX_TRACKED_CLIENTS;
+pub use crate::skew::clients::DEFAULT_MAX_CLIENTS as MAX_TRACKED_CLIENTS;
 
 /// `--listen`: the port kube-apiserver serves on, on loopback.
 pub const LISTEN: &str = "127.0.0.1:6443";

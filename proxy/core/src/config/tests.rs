@@ -98,9 +98,10 @@ fn limits_are_read_within_their_bounds() {
     assert_eq!(c.timing.tls_reload_interval, Duration::from_secs(1));
 }
 
+/// A bad value for the local API server or the static peers is refused with an error naming its flag.
 #[test]
-fn invalid_values_name_their_field() {
-    let cases: Vec<(ServeArgs, &str)> = vec![
+fn invalid_upstreams_and_peers_name_their_field() {
+    each_names_its_field(vec![
         (ServeArgs::default(), "local"),
         (args("ftp://127.0.0.1:1", &[]), "local"),
         (args("127.0.0.1:8080", &[]), "local"),
@@ -128,6 +129,13 @@ fn invalid_values_name_their_field() {
             "peer-ca-file",
         ),
         (args("https://127.0.0.1:8080", &[]), "local-ca-file"),
+    ]);
+}
+
+/// A bad value for the listeners, TLS files, front-proxy headers, peer sources or timing is refused with an error naming its flag.
+#[test]
+fn invalid_listeners_tls_and_sources_name_their_field() {
+    each_names_its_field(vec![
         (
             ServeArgs {
                 listen: Some("nope".into()),
@@ -305,6 +313,13 @@ fn invalid_values_name_their_field() {
             },
             "peer-ca-file",
         ),
+    ]);
+}
+
+/// A bad value for a limit is refused with an error naming its flag.
+#[test]
+fn invalid_limits_name_their_field() {
+    each_names_its_field(vec![
         (
             ServeArgs {
                 max_request_header_bytes: Some(8191),
@@ -361,7 +376,11 @@ fn invalid_values_name_their_field() {
             },
             "max-tracked-clients",
         ),
-    ];
+    ]);
+}
+
+/// Each configuration is refused, and the error names `want`.
+fn each_names_its_field(cases: Vec<(ServeArgs, &str)>) {
     for (a, want) in cases {
         let shown = format!("{a:?}");
         assert_eq!(field_of(a), want, "{shown}");

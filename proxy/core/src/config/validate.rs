@@ -15,10 +15,10 @@ use super::{
     PeerConfig, PeerReader, Peers, ProxyTls, RequestHeaderTrust, Timing, TokenFile, UpstreamTls,
     Verify, defaults, err,
 };
-use crate::discovery::ServerName;
 use crate::identity::HeaderNames;
 use crate::limits::{self, Limits};
 use crate::peers::Kind;
+use crate::plumbing::ServerName;
 use crate::target::TargetSource;
 
 /// Largest `--max-request-header-bytes`.
@@ -549,6 +549,6 @@ fn name(field: &str, s: &str) -> Result<ServerName, ConfigError> {
 }
 
 fn same_endpoint(a: &Uri, b: &Uri) -> bool {
-    let port = crate::forward::port_of;
+    let port = crate::plumbing::port_of;
     a.scheme_str() == b.scheme_str() && a.host() == b.host() && port(a) == port(b)
 }

@@ -23,9 +23,10 @@ use super::types::{
     ACCEPT_NOPEER, AGGREGATED_GROUP, AGGREGATED_KIND, ApiGroupDiscovery, ApiGroupDiscoveryList,
     ApiGroupList, ApiResourceList, ApiVersions,
 };
+use crate::discovery::side::ServerVersion;
 use crate::error::{ProxyError, TransportFailure};
-use crate::forward::{Upstream, causes};
-use crate::readiness::side::ServerVersion;
+use crate::plumbing::causes;
+use crate::upstream::Upstream;
 
 const ACCEPT_JSON: &str = "application/json";
 
@@ -176,7 +177,7 @@ pub async fn fetch(
 /// Largest `/version` body read.
 const MAX_VERSION_BYTES: usize = 64 << 10;
 
-/// The server's `/version`, for the sides of the skew (`crate::readiness`). Not part of
+/// The server's `/version`, for the sides of the skew (`crate::skew`). Not part of
 /// discovery: a failure leaves the release unknown and the fetch good, and it is not counted
 /// as a rerouted request (upstream counts discovery requests only).
 async fn version(up: &Upstream) -> Option<ServerVersion> {
@@ -325,7 +326,7 @@ mod tests {
             }
             let _ = s.shutdown().await;
         });
-        let settings = crate::forward::ClientSettings {
+        let settings = crate::upstream::ClientSettings {
             tls: None,
             server_name: None,
             connect_timeout: Duration::from_secs(5),
@@ -396,7 +397,7 @@ mod tests {
                 .write_all(b"HTTP/1.1 401 Unauthorized\r\ncontent-length: 0\r\n\r\n")
                 .await;
         });
-        let settings = crate::forward::ClientSettings {
+        let settings = crate::upstream::ClientSettings {
             tls: None,
             server_name: None,
             connect_timeout: Duration::from_secs(5),
@@ -445,7 +446,7 @@ mod tests {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         drop(listener);
-        let settings = crate::forward::ClientSettings {
+        let settings = crate::upstream::ClientSettings {
             tls: None,
             server_name: None,
             connect_timeout: Duration::from_secs(5),

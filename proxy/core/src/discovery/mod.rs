@@ -7,45 +7,14 @@
 //!   discovery merge; [`negotiate`] reads a discovery request's `Accept`; [`types`] and
 //!   [`legacy`] are the documents themselves.
 
-use std::fmt;
-use std::sync::Arc;
-
 pub mod fetch;
 pub mod legacy;
 pub mod merge;
 pub mod negotiate;
 pub mod refresh;
+pub mod side;
 pub mod snapshot;
 pub mod types;
 
 pub use refresh::{Cache, RefreshError};
 pub use snapshot::{ServerState, ServerView, Snapshot};
-
-/// The name of a server (the local one or a peer), as given by `--server-id` and `--peer`.
-/// Cheap to clone; ordered, because the merge processes servers in name order.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ServerName(Arc<str>);
-
-impl ServerName {
-    /// The name as text.
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-
-    /// The name, shared (a span attribute holds it without a copy).
-    pub fn shared(&self) -> Arc<str> {
-        self.0.clone()
-    }
-}
-
-impl From<&str> for ServerName {
-    fn from(s: &str) -> Self {
-        Self(Arc::from(s))
-    }
-}
-
-impl fmt::Display for ServerName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}

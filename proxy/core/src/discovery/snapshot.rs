@@ -12,14 +12,14 @@ use std::time::{Instant, SystemTime};
 
 use bytes::Bytes;
 
-use super::ServerName;
 use super::legacy;
 use super::merge::{self, Merged};
 use super::refresh::RefreshError;
 use super::types::{ApiGroupDiscovery, ApiGroupDiscoveryList};
 use crate::classify::Gvr;
-use crate::forward::Upstream;
-use crate::readiness::side::{self, ServerVersion, Side, Surface};
+use crate::discovery::side::{self, ServerVersion, Side, Surface};
+use crate::plumbing::ServerName;
+use crate::upstream::Upstream;
 
 /// Groups compiled into kube-apiserver. A group-version that the local server serves outside
 /// this set comes from a CRD or an APIService: upstream (1.36 `gv_exclusion_manager.go`)
@@ -294,7 +294,7 @@ pub struct Snapshot {
     upstreams: BTreeMap<ServerName, Upstream>,
     peers_synced: bool,
     merged: OnceLock<Arc<MergedApis>>,
-    /// The side of every GVR not served by every server seen (`crate::readiness`).
+    /// The side of every GVR not served by every server seen (`crate::skew`).
     skew: HashMap<Gvr, Side>,
 }
 

@@ -1,6 +1,6 @@
 //! The release an upgrade is heading for, known before any server runs it.
 //!
-//! The skew ([`crate::readiness`]) shows which clients break only once a server of the new
+//! The skew ([`crate::skew`]) shows which clients break only once a server of the new
 //! release is running. Operators want that answer before the first server is upgraded, so
 //! mvproxy can be told the target's discovery up front: a release from the [`catalog`] embedded
 //! in the binary (`--target-release 1.36`), or the documents saved from a staging server of the
@@ -25,8 +25,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::classify::Gvr;
 use crate::discovery::Snapshot;
+use crate::discovery::side::ServerVersion;
 use crate::discovery::types::{ApiGroupDiscovery, ApiGroupDiscoveryList};
-use crate::readiness::side::ServerVersion;
 
 /// The `target` label of a `--target-discovery` directory without `version.json`.
 pub const CUSTOM_TARGET: &str = "custom";

@@ -23,7 +23,7 @@
 //! values.
 
 use crate::classify::Gvr;
-use crate::readiness::side::Release;
+use crate::discovery::side::Release;
 
 /// The warn-code of a persistent warning, which kube-apiserver uses for every warning.
 pub const MISCELLANEOUS_PERSISTENT_WARNING: u16 = 299;

@@ -19,7 +19,7 @@ use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 
 use crate::error::ProxyError;
-use crate::forward::{Body, full};
+use crate::plumbing::{Body, full};
 
 /// Longest wait for a client's TLS handshake (client-go's `TLSHandshakeTimeout`).
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);

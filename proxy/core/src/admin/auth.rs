@@ -32,7 +32,8 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
 use crate::error::status_body;
-use crate::forward::{Upstream, full};
+use crate::plumbing::full;
+use crate::upstream::Upstream;
 
 /// Entries kept in each decision cache; when full, expired ones are dropped, then all.
 const CACHE_ENTRIES: usize = 4096;
@@ -103,23 +104,23 @@ pub(crate) struct Settings {
 type Cache<K, V> = Mutex<HashMap<K, (Instant, V)>>;
 
 /// Asks the local API server who a request is and whether it may read a path.
-pub(crate) struct Delegated {
+pub(crate) struct AdminAuth {
     api: Upstream,
     settings: Settings,
     tokens: Cache<[u8; 32], Option<User>>,
     decisions: Cache<(User, String, String), Result<(), String>>,
 }
 
-impl std::fmt::Debug for Delegated {
+impl std::fmt::Debug for AdminAuth {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Delegated")
+        f.debug_struct("AdminAuth")
             .field("api", &self.api)
             .field("settings", &self.settings)
             .finish_non_exhaustive()
     }
 }
 
-impl Delegated {
+impl AdminAuth {
     pub(crate) fn new(api: Upstream, settings: Settings) -> Self {
         Self {
             api,

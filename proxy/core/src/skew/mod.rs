@@ -1,10 +1,10 @@
-//! Upgrade readiness from live traffic: which clients depend on the APIs the skew takes away.
+//! Clients of the skew, from live traffic: which clients depend on the APIs the skew takes away.
 //!
 //! An upgrade rehearsal exists to answer "what will break?". mvproxy sees every request and
 //! knows which server serves which GVR, so it can answer per client while the rehearsal runs:
 //! for each request whose GVR not every server serves, it records who sent it (from the
 //! `User-Agent`, [`agent`]) and which side of the skew serves the GVR (from each server's
-//! `/version`, [`side`]), in a bounded registry ([`clients`]) and in
+//! `/version`, [`crate::discovery::side`]), in a bounded registry ([`clients`]) and in
 //! `mvproxy_skew_requests_total`. `/debug/clients` on the admin listener shows, per client,
 //! the GVRs that break after the upgrade and those that break on a rollback.
 //!
@@ -22,7 +22,6 @@
 
 pub mod agent;
 pub mod clients;
-pub mod side;
 
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -57,7 +56,7 @@ impl Requester {
 
 /// The readiness recorder shared by the request path and the admin listener.
 #[derive(Debug)]
-pub struct Readiness {
+pub struct SkewClients {
     clients: Clients,
     metrics: Arc<Metrics>,
     /// The front-proxy user header (`--requestheader-username-headers`), read after identity
@@ -67,7 +66,7 @@ pub struct Readiness {
     target: Option<Arc<Target>>,
 }
 
-impl Readiness {
+impl SkewClients {
     /// A recorder naming at most `max_clients` clients.
     pub fn new(max_clients: usize, metrics: Arc<Metrics>, user_header: HeaderName) -> Self {
         Self {
@@ -96,7 +95,7 @@ impl Readiness {
     /// The request path's hook: counts a resource request whose GVR is in the skew of `snap`,
     /// or that the target release does not serve. `headers` are the request's after identity
     /// rewriting. Returns who sent a resource request this proxy counts, for
-    /// [`Readiness::answered`].
+    /// [`SkewClients::answered`].
     pub fn observe(
         &self,
         snap: &Snapshot,
@@ -287,7 +286,7 @@ mod tests {
     fn deprecation_warnings_are_counted_per_client_with_the_release_of_removal() {
         let mut registry = Registry::default();
         let metrics = Arc::new(Metrics::register(&mut registry));
-        let r = Readiness::new(10, metrics, HeaderName::from_static("x-remote-user"));
+        let r = SkewClients::new(10, metrics, HeaderName::from_static("x-remote-user"));
         let snap = served(&[
             ("policy", "v1beta1", "podsecuritypolicies"),
             ("", "v1", "pods"),

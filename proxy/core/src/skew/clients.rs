@@ -18,8 +18,9 @@ use mvproxy_telemetry::metrics::{OTHER_CLIENT, REMOVED_IN_UNKNOWN};
 use serde::Serialize;
 
 use super::agent::Agent;
-use super::side::{Release, Side};
+
 use crate::classify::Gvr;
+use crate::discovery::side::{Release, Side};
 
 /// Default of `--max-tracked-clients`.
 pub const DEFAULT_MAX_CLIENTS: usize = 100;

@@ -1,0 +1,333 @@
+//! HTTP/2 to upstreams that offer it, so that many requests share a few connections.
+//!
+//! Over HTTP/1.1 every request in flight holds its own connection: 10 000 open watches are
+//! 10 000 upstream connections (and as many sockets on the API server). kube-apiserver speaks
+//! HTTP/2 when the TLS handshake agrees on it (ALPN `h2`), as client-go does, so mvproxy offers
+//! `h2` and `http/1.1` and sends requests as streams of shared connections when `h2` is chosen.
+//!
+//! An HTTP/2 server caps the streams open at once on a connection (`SETTINGS_MAX_CONCURRENT_
+//! STREAMS`: Go's default 250, kube-apiserver's `--http2-max-streams-per-connection` 1000,
+//! hyper's 200). A stream over the cap waits for another to end, which a watch never does; so,
+//! as Go's transport does when a server's cap is reached, the pool opens another connection
+//! once each has [`MAX_STREAMS`] requests in flight (below every server's default).
+//!
+//! What stays on HTTP/1.1: upgrades (exec, attach, port-forward; HTTP/2 has no `Upgrade`),
+//! `http://` upstreams (no ALPN), and an upstream whose handshake chose `http/1.1`: the pool
+//! then remembers it and the caller's HTTP/1.1 client is used from then on.
+//!
+//! A server that stops taking requests on a connection says which ones it did not process,
+//! and those may go elsewhere whatever their method (RFC 9113 §8.7): a `GOAWAY` names the last
+//! stream it processed or might still process, so every stream above it was not (§6.8;
+//! kube-apiserver sends one when it shuts down or restarts during an upgrade), and a
+//! `RST_STREAM` with `REFUSED_STREAM` says its stream was not. Go's HTTP/2 transport sends such
+//! a request again on another connection (golang.org/x/net `http2/transport.go`:
+//! `(*Transport).RoundTripOpt`'s retry loop, `canRetryError`, `shouldRetryRequest`, and
+//! `(*ClientConn).setGoAway`, which fails the streams above the last stream ID with
+//! `errClientConnGotGoAway`), and so does this pool ([`H2Pool::send`]).
+//!
+//! h2 reports the two cases as a `GOAWAY` error and a `REFUSED_STREAM` reset on the stream,
+//! both marked as received from the server (h2 0.4 `src/proto/streams/streams.rs`:
+//! `recv_go_away` fails the streams above the last stream ID with the `GOAWAY`, and a stream
+//! opened after it gets the same error). A stream the `GOAWAY` covers and that then ends
+//! unanswered gets the connection's I/O error instead (the server may have processed it), and
+//! any other reset is the server's answer: neither is sent again.
+//!
+//! The connection is taken out of the pool (its other streams run to their end) and the request
+//! goes to another one: a new one unless another has room, which the connection's other refused
+//! requests then share rather than each dialing its own. A request is sent again at most once
+//! (Go tries up to seven times with a backoff; a second refusal reaches the client as a `503`
+//! with `Retry-After: 1`, and the client decides), and only when its body can be sent again. A request without a
+//! body, the common case (get, list, watch), is kept as its head: one copy of its method, URI
+//! and header map per request, about 0.3 µs (`bench/PERF_NOTES.md`); the extensions are left
+//! out, as hyper's HTTP/2 client reads only the extended-CONNECT protocol, which mvproxy never
+//! sends. A request with a body is never copied: hyper has consumed the body by the time the
+//! server refuses it, and keeping every body for a rare refusal would cost memory on every
+//! write, so its refusal reaches the client (`503`).
+//!
+//! A request that hyper hands back unsent, because its connection closed before hyper took it
+//! (Go's `errClientConnUnusable`), goes to another connection whatever its body. That spends no
+//! replay when the connection came from the pool (a pooled connection may close at any time,
+//! and leaves the pool when it does), and is the one replay when it was opened for the request.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http::{Request, Response, Uri};
+use http_body::{Body as HttpBody, Frame, SizeHint};
+use hyper::body::Incoming;
+use hyper::client::conn::http2;
+use hyper_util::client::legacy::connect::Connection;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use tower_service::Service;
+
+use crate::plumbing::{Body, BoxError, empty};
+
+use crate::upstream::Connector;
+use crate::upstream::h1pool::{CheckedOutConn, head_of};
+
+/// Requests in flight on one upstream connection before another is opened.
+pub(crate) const MAX_STREAMS: usize = 100;
+
+/// The HTTP/2 connections to one upstream.
+pub(crate) struct H2Pool {
+    connector: Connector,
+    conns: tokio::sync::Mutex<Vec<Conn>>,
+    /// The upstream's handshake chose HTTP/1.1.
+    no_h2: AtomicBool,
+}
+
+struct Conn {
+    send: http2::SendRequest<Body>,
+    streams: Arc<AtomicUsize>,
+}
+
+/// A stream reserved on a connection; released when the response body (or this) is dropped.
+pub(crate) struct Stream {
+    send: http2::SendRequest<Body>,
+    guard: StreamGuard,
+    /// The connection was opened for this request.
+    fresh: bool,
+}
+
+struct StreamGuard(Arc<AtomicUsize>);
+
+impl Drop for StreamGuard {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Release);
+    }
+}
+
+impl std::fmt::Debug for H2Pool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("H2Pool")
+            .field("no_h2", &self.no_h2)
+            .finish_non_exhaustive()
+    }
+}
+
+impl H2Pool {
+    /// `connector` must offer `h2` by ALPN.
+    pub(crate) fn new(connector: Connector) -> Self {
+        Self {
+            connector,
+            conns: tokio::sync::Mutex::new(Vec::new()),
+            no_h2: AtomicBool::new(false),
+        }
+    }
+
+    /// Whether the upstream is known not to speak HTTP/2.
+    pub(crate) fn is_http1(&self) -> bool {
+        self.no_h2.load(Ordering::Relaxed)
+    }
+
+    /// Open connections (for tests and the watch-scale measurement).
+    pub(crate) async fn connections(&self) -> usize {
+        let mut conns = self.conns.lock().await;
+        conns.retain(|c| !c.send.is_closed());
+        conns.len()
+    }
+
+    /// A stream on a connection with room, connecting if none has; `Ok(None)` when the
+    /// upstream chose HTTP/1.1.
+    pub(crate) async fn checkout(&self, base: &Uri) -> Result<Option<Stream>, BoxError> {
+        let mut conns = self.conns.lock().await;
+        conns.retain(|c| !c.send.is_closed());
+        if let Some(c) = conns
+            .iter()
+            .find(|c| c.streams.load(Ordering::Acquire) < MAX_STREAMS)
+        {
+            return Ok(Some(reserve(c, false)));
+        }
+        if self.is_http1() {
+            return Ok(None);
+        }
+        // Connecting under the lock: requests arriving meanwhile wait for this connection
+        // rather than each opening its own.
+        let io = self.connector.clone().call(base.clone()).await?;
+        if !io.connected().is_negotiated_h2() {
+            self.no_h2.store(true, Ordering::Relaxed);
+            return Ok(None);
+        }
+        let (send, conn) = http2::Builder::new(TokioExecutor::new())
+            .timer(TokioTimer::new())
+            .handshake(io)
+            .await?;
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!(error = %e, "upstream HTTP/2 connection closed");
+            }
+        });
+        let c = Conn {
+            send,
+            streams: Arc::new(AtomicUsize::new(0)),
+        };
+        let stream = reserve(&c, true);
+        conns.push(c);
+        Ok(Some(stream))
+    }
+
+    /// Sends `req` (an absolute URI) on `stream`, from [`H2Pool::checkout`]. A request the
+    /// upstream did not process (a `GOAWAY` above it, `REFUSED_STREAM`) is sent once more, on
+    /// another connection, when it has no body (see the module doc).
+    pub(crate) async fn send(
+        &self,
+        base: &Uri,
+        mut stream: Stream,
+        mut req: Request<Body>,
+    ) -> Result<Response<UpstreamBody>, BoxError> {
+        *req.version_mut() = http::Version::HTTP_2;
+        // What a replay is rebuilt from: kept only for a request without a body.
+        let mut head = req.body().is_end_stream().then(|| head_of(&req));
+        // The request was sent once more already: whatever happens now is the answer.
+        let mut replayed = false;
+        loop {
+            let Stream {
+                mut send,
+                guard,
+                fresh,
+            } = stream;
+            let mut e = match send.try_send_request(req).await {
+                Ok(resp) => {
+                    return Ok(resp.map(|inner| UpstreamBody {
+                        inner,
+                        held: Held::Stream { _guard: guard },
+                    }));
+                }
+                Err(e) => e,
+            };
+            // The request to send again, and whether that is its one replay.
+            let (again, replay) = match e.take_message() {
+                // Not sent: the connection closed before hyper took the request. A pooled one
+                // can close at any time, and is then out of the pool: no replay is spent on it.
+                Some(unsent) => (Some(unsent), fresh),
+                None if refused_unprocessed(e.error()) => {
+                    (head.take().map(|h| h.map(|()| empty())), true)
+                }
+                None => (None, true),
+            };
+            let e = e.into_error();
+            let Some(again) = again.filter(|_| !(replay && replayed)) else {
+                return Err(e.into());
+            };
+            tracing::debug!(error = %e, "upstream did not process the request; sending it once more on another connection");
+            // No new stream goes to this connection; those in flight on it run to their end.
+            self.conns
+                .lock()
+                .await
+                .retain(|c| !Arc::ptr_eq(&c.streams, &guard.0));
+            drop(guard);
+            stream = match self.checkout(base).await? {
+                Some(s) => s,
+                // The upstream now chose HTTP/1.1: the refusal stands.
+                None => return Err(e.into()),
+            };
+            req = again;
+            replayed |= replay;
+        }
+    }
+}
+
+fn reserve(c: &Conn, fresh: bool) -> Stream {
+    c.streams.fetch_add(1, Ordering::AcqRel);
+    Stream {
+        send: c.send.clone(),
+        guard: StreamGuard(c.streams.clone()),
+        fresh,
+    }
+}
+
+/// Whether `e`, the failure of a request on an HTTP/2 stream before its response head, says
+/// the server did not process the request: a `GOAWAY` from the server that does not cover the
+/// stream, or a reset from the server with `REFUSED_STREAM` (see the module doc).
+fn refused_unprocessed(e: &hyper::Error) -> bool {
+    let Some(h2) = std::error::Error::source(e).and_then(|s| s.downcast_ref::<h2::Error>()) else {
+        return false;
+    };
+    h2.is_remote() && (h2.is_go_away() || h2.reason() == Some(h2::Reason::REFUSED_STREAM))
+}
+
+/// An upstream response body. Over HTTP/2 it holds its stream's place until dropped; over
+/// HTTP/1.1 it holds its connection and drives it as the body is read ([`crate::upstream::h1pool`]).
+pub struct UpstreamBody {
+    inner: Incoming,
+    held: Held,
+}
+
+enum Held {
+    Nothing,
+    Stream { _guard: StreamGuard },
+    Conn(CheckedOutConn),
+}
+
+impl From<Incoming> for UpstreamBody {
+    fn from(inner: Incoming) -> Self {
+        Self {
+            inner,
+            held: Held::Nothing,
+        }
+    }
+}
+
+impl UpstreamBody {
+    /// A body read over a pooled HTTP/1.1 connection.
+    pub(crate) fn with_h1_conn(inner: Incoming, conn: CheckedOutConn) -> Self {
+        let mut body = Self {
+            inner,
+            held: Held::Conn(conn),
+        };
+        body.check_end();
+        body
+    }
+
+    fn check_end(&mut self) {
+        if let Held::Conn(conn) = &mut self.held
+            && self.inner.is_end_stream()
+        {
+            conn.finished();
+        }
+    }
+}
+
+impl HttpBody for UpstreamBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        let this = self.get_mut();
+        let mut polled = Pin::new(&mut this.inner).poll_frame(cx);
+        if polled.is_pending()
+            && let Held::Conn(conn) = &mut this.held
+        {
+            // Nobody else reads this connection: read it, then look again.
+            conn.drive(cx);
+            polled = Pin::new(&mut this.inner).poll_frame(cx);
+        }
+        match &polled {
+            Poll::Ready(None) => {
+                if let Held::Conn(conn) = &mut this.held {
+                    conn.finished();
+                }
+            }
+            Poll::Ready(Some(Ok(_))) => this.check_end(),
+            _ => {}
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests;
