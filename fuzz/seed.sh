@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 fx=fixtures/discovery
 c=fuzz/corpus
-mkdir -p "$c"/{classify,accept,discovery,merge,identity,config,kubeconfig,peers}
+mkdir -p "$c"/{classify,accept,discovery,merge,identity,config,kubeconfig,peers,warning}
 
 # the first N groups of an aggregated document, compact
 head_groups() { jq -c --argjson n "$2" '.items |= .[:$n]' "$1"; }
@@ -97,3 +97,8 @@ cat >"$c/peers/seed-endpointslices" <<'JSON'
 [{"metadata":{"name":"kubernetes","namespace":"default"},"addressType":"IPv4","ports":[{"name":"https","port":6443,"protocol":"TCP"}],"endpoints":[{"addresses":["10.0.0.1"],"conditions":{"ready":true}},{"addresses":["10.0.0.2"],"conditions":{"ready":true}},{"addresses":["10.0.0.3"],"conditions":{"ready":false}}]}]
 JSON
 du -sh "$c"
+
+# warning: a request's group, version, resource, then Warning header values, NUL-separated
+printf 'policy\000v1beta1\000podsecuritypolicies\000299 - "policy/v1beta1 PodSecurityPolicy is deprecated in v1.21+, unavailable in v1.25+"' >"$c/warning/seed-psp"
+printf '\000v1\000componentstatuses\000299 - "v1 ComponentStatus is deprecated in v1.19+"' >"$c/warning/seed-componentstatus"
+printf 'example.com\000v1alpha1\000widgets\000299 - "a \\"webhook\\" said", 199 agent:1 "x" "Wed, 21 Oct 2015 07:28:00 GMT"\000299 - "example.com/v1alpha1 Widget is deprecated; use example.com/v1 Widget"' >"$c/warning/seed-several"

@@ -16,7 +16,7 @@ seconds=${1:-30}
 shift || true
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
-  targets=(classify accept discovery merge identity config kubeconfig peers)
+  targets=(classify accept discovery merge identity config kubeconfig peers warning)
 fi
 toolchain=${FUZZ_TOOLCHAIN:-nightly}
 if ! rustup toolchain list | grep -q "^$toolchain"; then

@@ -24,6 +24,7 @@ mod readiness;
 mod readme;
 mod real_discovery;
 mod routing;
+mod target;
 mod tls;
 mod tls_files;
 mod traces;

@@ -10,10 +10,38 @@
 #    1.36 server's peer-aggregated /apis (its peer being the 1.35 server), and the 1.35 one's.
 #
 # usage: capture.sh [OUT_DIR]   (default: fixtures/discovery of this repository)
+#
+# capture.sh catalog [VERSION ...] (default: every kube-apiserver-v* module beside this script)
+# captures instead what each release serves with its DEFAULT feature gates and runtime config
+# (no --runtime-config, no --feature-gates: what a cluster serves unless its operator turned
+# more on), one release at a time, each alone against a fresh etcd, into
+# fixtures/discovery/defaults/kube-apiserver-VERSION/{api,apis,version}.json (aggregated
+# discovery v2, profile=nopeer: the layout of `mvproxy serve --target-discovery DIR`), and
+# writes from them the catalog embedded in mvproxy, proxy/core/src/target/catalog/1.MINOR.json
+# (the groups, versions and resources, in the server's order). A test
+# (proxy/core/src/target/catalog.rs) keeps the catalog equal to these captured files.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
-out=${1:-"$here/../../fixtures/discovery"}
-out=$(cd "$out" && pwd)
+mode=local
+if [ "${1:-}" = catalog ]; then
+  mode=catalog
+  shift
+  out="$here/../../fixtures/discovery/defaults"
+  catalog="$here/../../proxy/core/src/target/catalog"
+  mkdir -p "$out" "$catalog"
+  out=$(cd "$out" && pwd)
+  catalog=$(cd "$catalog" && pwd)
+  versions=("$@")
+  if [ ${#versions[@]} -eq 0 ]; then
+    for d in "$here"/kube-apiserver-v*/; do
+      d=${d%/}
+      versions+=("${d##*-v}")
+    done
+  fi
+else
+  out=${1:-"$here/../../fixtures/discovery"}
+  out=$(cd "$out" && pwd)
+fi
 [ "$(id -u)" -eq 0 ] || { echo "capture.sh: needs root (a UTS namespace per API server)" >&2; exit 2; }
 CP_DIR=$(mktemp -d /tmp/mvproxy-capture.XXXXXX)
 export CP_DIR
@@ -68,6 +96,39 @@ capture_local() {
   get "$ip" /openapi/v2 application/json "$oa/openapi_v2.json"
   get "$ip" /openapi/v2 'application/com.github.proto-openapi.spec.v2@v1.0+protobuf' "$oa/openapi_v2.pb"
 }
+
+# capture_defaults VERSION: one release alone, default gates and runtime config.
+capture_defaults() {
+  local v=$1 dir="$out/kube-apiserver-$1" minor
+  minor=$(echo "$v" | cut -d. -f1,2)
+  cp_log "kube-apiserver $v, default feature gates and runtime config"
+  rm -rf "$CP_DIR/run/etcd" "$dir"
+  cp_start_etcd
+  cp_start_apiserver apiserver "$v" 127.0.0.2 defaults
+  cp_wait_ready apiserver 127.0.0.2
+  mkdir -p "$dir"
+  get 127.0.0.2 /api "$V2;profile=nopeer" "$dir/api.json"
+  get 127.0.0.2 /apis "$V2;profile=nopeer" "$dir/apis.json"
+  get 127.0.0.2 /version application/json "$dir/version.json"
+  cp_cleanup
+  : >"$CP_DIR/pids"
+  jq -n --slurpfile api "$dir/api.json" --slurpfile apis "$dir/apis.json" --slurpfile ver "$dir/version.json" '
+    {gitVersion: $ver[0].gitVersion,
+     groups: [($api[0].items + $apis[0].items)[]
+       | {name: (.metadata.name // ""),
+          versions: [.versions[] | {version, resources: [(.resources // [])[].resource]}]}]}' \
+    >"$catalog/$minor.json"
+  cp_log "captured $dir and $catalog/$minor.json"
+}
+
+if [ "$mode" = catalog ]; then
+  builds=(etcd-v3.6.16)
+  for v in "${versions[@]}"; do builds+=("kube-apiserver-v$v"); done
+  cp_init "${builds[@]}"
+  cp_pki
+  for v in "${versions[@]}"; do capture_defaults "$v"; done
+  exit 0
+fi
 
 cp_init
 cp_pki

@@ -26,7 +26,8 @@ CP_SERVICE_CIDR=10.96.0.0/12
 
 cp_log() { echo "[control-plane] $*" >&2; }
 
-# cp_init: builds (or finds cached) binaries and exports their paths; makes $CP_DIR.
+# cp_init [COMPONENT-VERSION ...]: builds (or finds cached) binaries (default: build.sh's
+# list) and exports their paths; makes $CP_DIR.
 cp_init() {
   : "${CP_DIR:?CP_DIR must be set}"
   mkdir -p "$CP_DIR"/{pki,logs,run}
@@ -34,10 +35,10 @@ cp_init() {
   local line
   while IFS= read -r line; do
     export "${line?}"
-  done < <("$CP_HERE/build.sh")
+  done < <("$CP_HERE/build.sh" "$@")
 }
 
-# cp_apiserver_bin VERSION (1.35.4 or 1.36.3): path of the cached kube-apiserver.
+# cp_apiserver_bin VERSION (1.35.4, 1.36.3, or another cp_init built): path of the cached kube-apiserver.
 cp_apiserver_bin() {
   local var="KUBE_APISERVER_V$(echo "$1" | tr . _)"
   echo "${!var:?no kube-apiserver $1 built}"
@@ -110,11 +111,13 @@ cp_start_etcd() {
   return 1
 }
 
-# cp_start_apiserver NAME VERSION IP [mvp|""] [ARG...]: starts kube-apiserver VERSION in its
-# own UTS namespace with host name NAME, on IP:$CP_PORT. With "mvp", upstream's Mixed Version
-# Proxy is on (gate, --peer-ca-file, --peer-advertise-ip/port); without it, the peer proxy is
-# not built (it needs --peer-ca-file) but 1.36's gate stays at its default. ARGs are added to
-# the server's flags (the audit log of scripts/conformance/peer-failures.sh).
+# cp_start_apiserver NAME VERSION IP [mvp|defaults|""] [ARG...]: starts kube-apiserver VERSION
+# in its own UTS namespace with host name NAME, on IP:$CP_PORT. With "mvp", upstream's Mixed
+# Version Proxy is on (gate, --peer-ca-file, --peer-advertise-ip/port); without it, the peer
+# proxy is not built (it needs --peer-ca-file) but 1.36's gate stays at its default. With
+# "defaults", the release's default feature gates and runtime config (no --runtime-config, no
+# --feature-gates): what a cluster serves unless its operator turned more on. ARGs are added
+# to the server's flags (the audit log of scripts/conformance/peer-failures.sh).
 cp_start_apiserver() {
   local name=$1 version=$2 ip=$3 mvp=${4:-} pki="$CP_DIR/pki" bin
   shift $(($# < 4 ? $# : 4))
@@ -136,7 +139,6 @@ cp_start_apiserver() {
     --requestheader-group-headers X-Remote-Group
     --requestheader-extra-headers-prefix X-Remote-Extra-
     --proxy-client-cert-file "$pki/front-proxy-client.crt" --proxy-client-key-file "$pki/front-proxy-client.key"
-    --runtime-config api/all=true
     --profiling=false
     --v 1
   )
@@ -145,7 +147,10 @@ cp_start_apiserver() {
   # UnknownVersionInteroperabilityProxy in 1.35 too (1.36: beta, on by default), so both
   # releases annotate their identity Leases with their address; the peer proxy itself is only
   # built with --peer-ca-file, i.e. with "mvp".
-  args+=(--feature-gates AllAlpha=true,AllBeta=true,UnknownVersionInteroperabilityProxy=true)
+  if [ "$mvp" != defaults ]; then
+    args+=(--runtime-config api/all=true)
+    args+=(--feature-gates AllAlpha=true,AllBeta=true,UnknownVersionInteroperabilityProxy=true)
+  fi
   if [ "$mvp" = mvp ]; then
     args+=(--peer-ca-file "$pki/ca.crt" --peer-advertise-ip "$ip" --peer-advertise-port "$CP_PORT")
   fi

@@ -229,6 +229,51 @@ pub struct SkewLabels {
     pub side: &'static str,
 }
 
+/// `mvproxy_target_missing_requests_total` labels: a request for a GVR the target release
+/// (`--target-release`, `--target-discovery`) does not serve. `client` as in [`SkewLabels`];
+/// `target` the release (`1.36`), the target's `gitVersion`, or `custom`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TargetMissingLabels {
+    /// The `client` label.
+    pub client: String,
+    /// The `group` label.
+    pub group: String,
+    /// The `version` label.
+    pub version: String,
+    /// The `resource` label.
+    pub resource: String,
+    /// The `target` label.
+    pub target: String,
+}
+
+/// `target` label alone (`mvproxy_target_info`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TargetLabels {
+    /// The `target` label.
+    pub target: String,
+}
+
+/// `mvproxy_deprecated_requests_total` labels: a request the API server answered with a
+/// deprecation warning. `client` as in [`SkewLabels`]; group, version and resource as the client
+/// requested them; `removed_in` the release the warning names (`1.25`), or
+/// [`REMOVED_IN_UNKNOWN`] when it names none.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DeprecatedLabels {
+    /// The `client` label.
+    pub client: String,
+    /// The `group` label.
+    pub group: String,
+    /// The `version` label.
+    pub version: String,
+    /// The `resource` label.
+    pub resource: String,
+    /// The `removed_in` label.
+    pub removed_in: String,
+}
+
+/// `removed_in` of a deprecation warning that names no release of removal.
+pub const REMOVED_IN_UNKNOWN: &str = "unknown";
+
 /// Exemplar labels: the trace that a latency observation came from.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct TraceLabels {
@@ -292,6 +337,13 @@ pub struct Metrics {
     pub discovery_resources: Family<ServerLabels, Gauge>,
     /// Requests for a GVR not every server serves, by client and side of the skew.
     pub skew_requests: Family<SkewLabels, Counter>,
+    /// Requests for a GVR the target release does not serve, by client.
+    pub target_missing_requests: Family<TargetMissingLabels, Counter>,
+    /// `mvproxy_target_info`: 1 for the target release this proxy judges requests against,
+    /// from the start (absent without a target).
+    pub target_info: Family<TargetLabels, Gauge>,
+    /// Requests answered with a deprecation warning, by client and release of removal.
+    pub deprecated_requests: Family<DeprecatedLabels, Counter>,
     /// Handles of the series every request touches.
     handles: HandleCache,
 }
@@ -317,6 +369,9 @@ impl Metrics {
             peer_up: Family::default(),
             discovery_resources: Family::default(),
             skew_requests: Family::default(),
+            target_missing_requests: Family::default(),
+            target_info: Family::default(),
+            deprecated_requests: Family::default(),
             handles: HandleCache::default(),
         };
         let r = registry.sub_registry_with_prefix("mvproxy");
@@ -449,6 +504,21 @@ impl Metrics {
             "skew_requests",
             "Requests for a GVR that not every server serves, by client (from the User-Agent), GVR and side of the skew",
             m.skew_requests.clone(),
+        );
+        r.register(
+            "target_missing_requests",
+            "Requests for a GVR the target release does not serve, by client (from the User-Agent), GVR and target",
+            m.target_missing_requests.clone(),
+        );
+        r.register(
+            "target_info",
+            "1 for the target release requests are judged against (--target-release, --target-discovery)",
+            m.target_info.clone(),
+        );
+        r.register(
+            "deprecated_requests",
+            "Requests an API server answered with a deprecation warning, by client, GVR as requested and the release that removes it",
+            m.deprecated_requests.clone(),
         );
         m
     }

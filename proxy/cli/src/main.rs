@@ -4,6 +4,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use mvproxy_core::config::{ConfigError, EXIT_CONFIG, LogFormat, ServeArgs};
+use mvproxy_core::target::report::ReadinessArgs;
 use mvproxy_demo::DemoArgs;
 
 /// `mvproxy --version`: the release and the commit it was built from (see build.rs).
@@ -29,6 +30,9 @@ enum Command {
     /// Rehearse a rolling upgrade of a 3-node control plane through mvproxy, on loopback, and
     /// report what clients met (exit 0 if the report reconciles with mvproxy's metrics).
     Demo(Box<DemoArgs>),
+    /// Report, from every proxy's admin endpoint, the clients the target release will break
+    /// (exit 1 if any would, 2 if a proxy cannot be read).
+    Readiness(Box<ReadinessArgs>),
     /// Validate a configuration (serve's flags, --config file and OTEL_* variables, read as
     /// serve reads them, files named checked) and exit: 0 if valid, 2 if not. Nothing starts.
     CheckConfig(Box<ServeArgs>),
@@ -66,6 +70,10 @@ fn main() -> ExitCode {
         // The demo's own output is the progress line and the report: proxy logs only for
         // errors unless RUST_LOG asks for more. Traces go out as in production.
         Command::Demo(args) => run(false, Some("error"), mvproxy_demo::run(*args)),
+        // Its output is the report: logs only for errors unless RUST_LOG asks for more.
+        Command::Readiness(args) => run(false, Some("error"), async move {
+            ExitCode::from(mvproxy_core::target::report::run(*args).await)
+        }),
         Command::CheckConfig(args) => {
             // The `OTEL_*` variables serve would read, so a manifest's environment is checked too.
             if let Err(e) =

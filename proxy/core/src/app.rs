@@ -44,6 +44,9 @@ pub enum StartError {
     #[error("{0}")]
     /// A listener's address could not be read.
     Bind(#[from] std::io::Error),
+    /// The target release's discovery could not be read (it could when validated).
+    #[error("target: {0}")]
+    Target(#[from] crate::target::TargetError),
     /// The kubeconfig of `--kubeconfig` could not be read (it could when validated).
     #[error("kubeconfig: {0}")]
     Kubeconfig(#[from] crate::kubeconfig::KubeconfigError),
@@ -196,11 +199,20 @@ pub async fn start(config: &Config, sockets: Sockets) -> Result<Running, StartEr
     };
     let listen = sockets.proxy.local_addr()?;
     let admin_addr = sockets.admin.local_addr()?;
-    let skew_clients = Arc::new(SkewClients::new(
-        config.max_tracked_clients,
-        metrics.clone(),
-        config.header_names.user.clone(),
-    ));
+    let target = config
+        .target
+        .as_ref()
+        .map(crate::target::TargetSource::load)
+        .transpose()?
+        .map(Arc::new);
+    let skew_clients = Arc::new(
+        SkewClients::new(
+            config.max_tracked_clients,
+            metrics.clone(),
+            config.header_names.user.clone(),
+        )
+        .with_target(target),
+    );
     let app = Arc::new(App {
         auth,
         listener: spans::ListenerAttributes::new(listen, &config.server_id),

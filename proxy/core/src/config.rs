@@ -24,6 +24,7 @@ use crate::identity::HeaderNames;
 use crate::limits::Limits;
 use crate::peers::Kind;
 use crate::plumbing::ServerName;
+use crate::target::TargetSource;
 
 mod args;
 pub mod defaults;
@@ -79,6 +80,8 @@ pub struct Config {
     pub max_tracked_clients: usize,
     /// The log line format.
     pub log_format: LogFormat,
+    /// The release the upgrade heads for, if given ([`crate::target`]).
+    pub target: Option<TargetSource>,
 }
 
 impl Config {

@@ -27,6 +27,9 @@
 //! health, readiness, metrics and `/debug/discovery`; [`config`] turns flags and YAML into a
 //! validated [`config::Config`]; [`app`] starts everything from it.
 //!
+//! [`target`] knows, before the upgrade starts, what the release it heads for serves: the
+//! skew's client recorder counts per client the requests that release will not serve.
+//!
 //! A module uses only the modules below it: there is no cycle of imports between them
 //! (`scripts/check-layers.py` checks it in CI).
 //!
@@ -56,6 +59,7 @@ pub mod route;
 pub(crate) mod server;
 pub mod skew;
 pub(crate) mod spans;
+pub mod target;
 #[cfg(test)]
 mod testkit;
 pub mod tls;

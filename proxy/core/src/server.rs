@@ -106,9 +106,14 @@ where
 
     // 3. forward, or answer
     app.auth.apply(&identity, req.headers_mut());
-    app.skew_clients
+    let requester = app
+        .skew_clients
         .observe(&snap, &info, &route, req.headers());
     let result = respond(&app, &snap, &span, &info, &route, req).await;
+    if let (Some(requester), Ok(resp)) = (requester, &result) {
+        app.skew_clients
+            .answered(&snap, &info, requester, resp.headers());
+    }
     let resp = result.unwrap_or_else(|e| {
         spans::failed(&span, &e);
         let ids = span.ids();

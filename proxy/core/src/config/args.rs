@@ -191,6 +191,14 @@ pub struct ServeArgs {
     /// Seconds an admin authentication or authorization decision is cached
     #[arg(long, help = with_default("Seconds an admin authentication or authorization decision is cached", defaults::ADMIN_AUTH_CACHE_TTL.as_secs()))]
     pub admin_auth_cache_ttl_seconds: Option<u64>,
+    /// The release the upgrade heads for, from the catalog in the binary (e.g. 1.36): requests
+    /// for APIs it does not serve are counted per client from the first request
+    #[arg(long, value_name = "1.N", conflicts_with = "target_discovery")]
+    pub target_release: Option<String>,
+    /// The target release's discovery instead of a catalog release: DIR/api.json and
+    /// DIR/apis.json (aggregated discovery v2), optionally DIR/version.json
+    #[arg(long, value_name = "DIR")]
+    pub target_discovery: Option<PathBuf>,
 }
 
 /// Scheme of peer addresses read from Leases or EndpointSlices.

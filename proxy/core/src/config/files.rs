@@ -4,6 +4,8 @@
 
 use std::path::Path;
 
+use crate::target::TargetSource;
+
 use super::{
     AdminSecurity, Config, ConfigError, Identity, PeerReader, Peers, TokenFile, Verify, err,
 };
@@ -18,6 +20,11 @@ impl Config {
             && let PeerReader::Kubeconfig(path) = &cluster.reader
         {
             crate::kubeconfig::load(path).map_err(|why| err("kubeconfig", why.to_string()))?;
+        }
+        if let Some(source @ TargetSource::Discovery(_)) = &self.target {
+            source
+                .load()
+                .map_err(|why| err("target-discovery", why.to_string()))?;
         }
         Ok(())
     }

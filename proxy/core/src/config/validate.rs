@@ -19,6 +19,7 @@ use crate::identity::HeaderNames;
 use crate::limits::{self, Limits};
 use crate::peers::Kind;
 use crate::plumbing::ServerName;
+use crate::target::TargetSource;
 
 /// Largest `--max-request-header-bytes`.
 const MAX_REQUEST_HEADER_BYTES: u64 = 64 << 20;
@@ -73,7 +74,26 @@ impl ServeArgs {
                 MAX_TRACKED_CLIENTS,
             )?,
             log_format: self.log_format.unwrap_or_default(),
+            target: self.target()?,
         })
+    }
+
+    /// `--target-release` (a catalog release) or `--target-discovery` (read by the file step).
+    fn target(&self) -> Result<Option<TargetSource>, ConfigError> {
+        match (&self.target_release, &self.target_discovery) {
+            (Some(_), Some(_)) => Err(err(
+                "target-release",
+                "give --target-release or --target-discovery, not both",
+            )),
+            (Some(release), None) => {
+                let release = release.trim().trim_start_matches('v').to_owned();
+                crate::target::catalog::surface(&release)
+                    .map_err(|e| err("target-release", e.to_string()))?;
+                Ok(Some(TargetSource::Release(release)))
+            }
+            (None, Some(dir)) => Ok(Some(TargetSource::Discovery(dir.clone()))),
+            (None, None) => Ok(None),
+        }
     }
 
     fn listeners(&self) -> Result<Listeners, ConfigError> {

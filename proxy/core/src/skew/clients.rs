@@ -5,19 +5,22 @@
 //! first `max` distinct clients are tracked by name, every later one is counted as
 //! [`OTHER_CLIENT`]. Per client, entries are keyed by GVR and side, which are bounded by what
 //! the servers serve (only GVRs in the skew are recorded), so the whole registry is bounded by
-//! `(max + 1) × skew × sides`. A lock is taken only for requests whose GVR is in the skew, and
-//! held for a map update.
+//! `(max + 1) × skew × sides`; GVRs the target release lacks are bounded by what the catalog's
+//! releases and the servers serve (`crate::target`), deprecated ones by what the servers serve
+//! times the releases a warning can name ([`Key`]). A lock is taken only for requests so
+//! recorded, and held for a map update.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::SystemTime;
 
-use mvproxy_telemetry::metrics::OTHER_CLIENT;
+use mvproxy_telemetry::metrics::{OTHER_CLIENT, REMOVED_IN_UNKNOWN};
 use serde::Serialize;
 
 use super::agent::Agent;
+
 use crate::classify::Gvr;
-use crate::discovery::side::Side;
+use crate::discovery::side::{Release, Side};
 
 /// Default of `--max-tracked-clients`.
 pub const DEFAULT_MAX_CLIENTS: usize = 100;
@@ -33,12 +36,25 @@ pub struct Use {
     pub last_seen: SystemTime,
 }
 
+/// What one use is about: a GVR on a side of the skew, a GVR the target release does not
+/// serve (`crate::target`), or a GVR an API server answered with a deprecation warning naming
+/// the release that removes it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Key {
+    /// In the skew, on this side.
+    Skew(Side, Gvr),
+    /// Not served by the target release.
+    TargetMissing(Gvr),
+    /// Deprecated; removed in this release (`None`: the warning names none).
+    Deprecated(Gvr, Option<Release>),
+}
+
 /// One client: what identifies it and what it used.
 #[derive(Debug, Clone)]
 struct Entry {
     program: String,
     version: Option<String>,
-    uses: BTreeMap<(Side, Gvr), Use>,
+    uses: BTreeMap<Key, Use>,
 }
 
 /// The bounded set of clients.
@@ -66,6 +82,12 @@ impl Clients {
     /// Records a request of `agent` for `gvr` on `side` at `now`; returns the `client` label
     /// it counts under (its name, or [`OTHER_CLIENT`] past the bound).
     pub fn record(&self, agent: &Agent, gvr: &Gvr, side: Side, now: SystemTime) -> Arc<str> {
+        self.record_use(agent, Key::Skew(side, gvr.clone()), now)
+    }
+
+    /// Records a request of `agent` about `key` at `now`; returns the `client` label it counts
+    /// under, as [`Clients::record`]: one bounded set of names for every kind of use.
+    pub fn record_use(&self, agent: &Agent, key: Key, now: SystemTime) -> Arc<str> {
         let name = agent.client();
         let mut inner = self.lock();
         let known = inner
@@ -102,7 +124,7 @@ impl Clients {
         };
         entry
             .uses
-            .entry((side, gvr.clone()))
+            .entry(key)
             .and_modify(|u| {
                 u.requests += 1;
                 u.first_seen = u.first_seen.min(now);
@@ -166,6 +188,12 @@ pub struct ClientReport {
     pub partial: Vec<GvrUse>,
     /// GVRs judged while some server's release was unknown.
     pub unknown: Vec<GvrUse>,
+    /// GVRs the target release does not serve: these requests fail once the upgrade to it
+    /// completes (`use_version`: the version of the same group and resource it serves).
+    pub breaks_on_target: Vec<GvrUse>,
+    /// GVRs an API server answered with a deprecation warning (`removed_in`: the release
+    /// the warning names).
+    pub deprecated: Vec<GvrUse>,
     /// Unix seconds.
     pub first_seen: f64,
     /// Unix seconds.
@@ -189,6 +217,12 @@ pub struct GvrUse {
     pub first_seen: f64,
     /// Unix seconds.
     pub last_seen: f64,
+    /// In `breaks_on_target`: the version of this group and resource the target serves.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub use_version: Option<String>,
+    /// In `deprecated`: the release the warning says removes it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub removed_in: Option<String>,
 }
 
 impl ClientReport {
@@ -202,16 +236,25 @@ impl ClientReport {
             breaks_on_rollback: Vec::new(),
             partial: Vec::new(),
             unknown: Vec::new(),
+            breaks_on_target: Vec::new(),
+            deprecated: Vec::new(),
             first_seen: f64::INFINITY,
             last_seen: 0.0,
         };
-        for ((side, gvr), u) in &e.uses {
+        for (key, u) in &e.uses {
             let first = unix(u.first_seen);
             let last = unix(u.last_seen);
-            r.requests += u.requests;
+            let gvr = match key {
+                Key::Skew(_, gvr) | Key::TargetMissing(gvr) | Key::Deprecated(gvr, _) => gvr,
+            };
+            // The skew's requests are the client's total; the other kinds count the same
+            // requests again from another angle.
+            if let Key::Skew(..) = key {
+                r.requests += u.requests;
+            }
             r.first_seen = r.first_seen.min(first);
             r.last_seen = r.last_seen.max(last);
-            let item = GvrUse {
+            let mut item = GvrUse {
                 gvr: gvr.to_string(),
                 group: gvr.group.clone(),
                 version: gvr.version.clone(),
@@ -219,12 +262,21 @@ impl ClientReport {
                 requests: u.requests,
                 first_seen: first,
                 last_seen: last,
+                use_version: None,
+                removed_in: None,
             };
-            match side {
-                Side::OldOnly => r.breaks_after_upgrade.push(item),
-                Side::NewOnly => r.breaks_on_rollback.push(item),
-                Side::Partial => r.partial.push(item),
-                Side::Unknown => r.unknown.push(item),
+            match key {
+                Key::Skew(Side::OldOnly, _) => r.breaks_after_upgrade.push(item),
+                Key::Skew(Side::NewOnly, _) => r.breaks_on_rollback.push(item),
+                Key::Skew(Side::Partial, _) => r.partial.push(item),
+                Key::Skew(Side::Unknown, _) => r.unknown.push(item),
+                Key::TargetMissing(_) => r.breaks_on_target.push(item),
+                Key::Deprecated(_, removed_in) => {
+                    item.removed_in = Some(
+                        removed_in.map_or_else(|| REMOVED_IN_UNKNOWN.to_owned(), |r| r.to_string()),
+                    );
+                    r.deprecated.push(item);
+                }
             }
         }
         if !r.first_seen.is_finite() {

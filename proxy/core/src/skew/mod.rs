@@ -12,6 +12,13 @@
 //! over the peer hop (`x-kubernetes-peer-proxied: true`) was counted by the proxy that sent it.
 //! A GVR that no server serves is not in the skew and not counted (the client gets the API
 //! server's own 404).
+//!
+//! Told the release the upgrade heads for ([`crate::target`]), it also counts, from the first
+//! request and with every server still on the old release, the requests for GVRs that release
+//! does not serve (`mvproxy_target_missing_requests_total`, `breaks_on_target` in
+//! `/debug/clients`), under the same bounded client names. And it counts per client the
+//! responses that carry kube-apiserver's deprecation warning for the API requested
+//! (`mvproxy_deprecated_requests_total`, `deprecated` in `/debug/clients`).
 
 pub mod agent;
 pub mod clients;
@@ -19,15 +26,33 @@ pub mod clients;
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use http::HeaderMap;
-use http::header::{HeaderName, USER_AGENT};
-use mvproxy_telemetry::metrics::{Metrics, SkewLabels};
+use http::header::{HeaderName, USER_AGENT, WARNING};
+use http::{HeaderMap, HeaderValue};
+use mvproxy_telemetry::metrics::{
+    DeprecatedLabels, Metrics, REMOVED_IN_UNKNOWN, SkewLabels, TargetLabels, TargetMissingLabels,
+};
 use serde_json::json;
 
 use crate::classify::RequestInfo;
 use crate::discovery::Snapshot;
 use crate::route::{LocalReason, Route};
-use clients::Clients;
+use crate::target::warning::deprecation;
+use crate::target::{Target, Verdict};
+use clients::{Clients, Key};
+
+/// Who sent a request, kept from the request to its response (two shared header values).
+#[derive(Debug)]
+pub struct Requester {
+    agent: Option<HeaderValue>,
+    user: Option<HeaderValue>,
+}
+
+impl Requester {
+    fn agent(&self) -> agent::Agent {
+        agent::parse(self.agent.as_ref().map_or(&[][..], HeaderValue::as_bytes))
+            .with_identity(self.user.as_ref().map(HeaderValue::as_bytes))
+    }
+}
 
 /// The readiness recorder shared by the request path and the admin listener.
 #[derive(Debug)]
@@ -37,6 +62,8 @@ pub struct SkewClients {
     /// The front-proxy user header (`--requestheader-username-headers`), read after identity
     /// headers have been rewritten, so it is set only when authenticated.
     user_header: HeaderName,
+    /// The release the upgrade heads for (`--target-release`, `--target-discovery`).
+    target: Option<Arc<Target>>,
 }
 
 impl SkewClients {
@@ -46,34 +73,125 @@ impl SkewClients {
             clients: Clients::new(max_clients),
             metrics,
             user_header,
+            target: None,
         }
     }
 
-    /// The request path's hook: counts a resource request whose GVR is in the skew of `snap`.
-    /// `headers` are the request's after identity rewriting.
-    pub fn observe(&self, snap: &Snapshot, info: &RequestInfo, route: &Route, headers: &HeaderMap) {
+    /// The recorder that also counts requests for GVRs `target` does not serve
+    /// (`mvproxy_target_missing_requests_total`, `breaks_on_target` in `/debug/clients`).
+    pub fn with_target(mut self, target: Option<Arc<Target>>) -> Self {
+        if let Some(t) = &target {
+            self.metrics
+                .target_info
+                .get_or_create(&TargetLabels {
+                    target: t.label().to_owned(),
+                })
+                .set(1);
+        }
+        self.target = target;
+        self
+    }
+
+    /// The request path's hook: counts a resource request whose GVR is in the skew of `snap`,
+    /// or that the target release does not serve. `headers` are the request's after identity
+    /// rewriting. Returns who sent a resource request this proxy counts, for
+    /// [`SkewClients::answered`].
+    pub fn observe(
+        &self,
+        snap: &Snapshot,
+        info: &RequestInfo,
+        route: &Route,
+        headers: &HeaderMap,
+    ) -> Option<Requester> {
+        let RequestInfo::Resource(req) = info else {
+            return None;
+        };
+        if matches!(route, Route::Local(LocalReason::AlreadyProxied)) {
+            return None;
+        }
+        let requester = Requester {
+            agent: headers.get(USER_AGENT).cloned(),
+            user: headers.get(&self.user_header).cloned(),
+        };
+        let side = snap.skew_side(&req.gvr);
+        let target = self
+            .target
+            .as_deref()
+            .filter(|t| t.judge(&req.gvr, snap) == Verdict::Missing);
+        if side.is_none() && target.is_none() {
+            return Some(requester);
+        }
+        let agent = requester.agent();
+        let now = SystemTime::now();
+        if let Some(side) = side {
+            let client = self.clients.record(&agent, &req.gvr, side, now);
+            self.metrics
+                .skew_requests
+                .get_or_create(&SkewLabels {
+                    client: client.to_string(),
+                    group: req.gvr.group.clone(),
+                    version: req.gvr.version.clone(),
+                    resource: req.gvr.resource.clone(),
+                    side: side.as_str(),
+                })
+                .inc();
+        }
+        if let Some(target) = target {
+            let client = self
+                .clients
+                .record_use(&agent, Key::TargetMissing(req.gvr.clone()), now);
+            self.metrics
+                .target_missing_requests
+                .get_or_create(&TargetMissingLabels {
+                    client: client.to_string(),
+                    group: req.gvr.group.clone(),
+                    version: req.gvr.version.clone(),
+                    resource: req.gvr.resource.clone(),
+                    target: target.label().to_owned(),
+                })
+                .inc();
+        }
+        Some(requester)
+    }
+
+    /// The response path's hook: counts a request that an API server answered with a
+    /// deprecation warning for the group-version it requested
+    /// (`mvproxy_deprecated_requests_total`, `deprecated` in `/debug/clients`). Only GVRs a
+    /// server serves are counted, so the labels stay bounded by the servers; the response is
+    /// not touched.
+    pub fn answered(
+        &self,
+        snap: &Snapshot,
+        info: &RequestInfo,
+        requester: Requester,
+        response: &HeaderMap,
+    ) {
         let RequestInfo::Resource(req) = info else {
             return;
         };
-        if matches!(route, Route::Local(LocalReason::AlreadyProxied)) {
+        let mut warnings = response.get_all(WARNING).iter().peekable();
+        if warnings.peek().is_none() || snap.serving(&req.gvr).is_none() {
             return;
         }
-        let Some(side) = snap.skew_side(&req.gvr) else {
+        let Some(dep) = deprecation(&req.gvr, warnings.map(HeaderValue::as_bytes)) else {
             return;
         };
-        let agent = agent::parse(headers.get(USER_AGENT).map_or(&[][..], |v| v.as_bytes()))
-            .with_identity(headers.get(&self.user_header).map(|v| v.as_bytes()));
-        let client = self
-            .clients
-            .record(&agent, &req.gvr, side, SystemTime::now());
+        let agent = requester.agent();
+        let client = self.clients.record_use(
+            &agent,
+            Key::Deprecated(req.gvr.clone(), dep.removed_in),
+            SystemTime::now(),
+        );
         self.metrics
-            .skew_requests
-            .get_or_create(&SkewLabels {
+            .deprecated_requests
+            .get_or_create(&DeprecatedLabels {
                 client: client.to_string(),
                 group: req.gvr.group.clone(),
                 version: req.gvr.version.clone(),
                 resource: req.gvr.resource.clone(),
-                side: side.as_str(),
+                removed_in: dep
+                    .removed_in
+                    .map_or_else(|| REMOVED_IN_UNKNOWN.to_owned(), |r| r.to_string()),
             })
             .inc();
     }
@@ -98,12 +216,128 @@ impl SkewClients {
             .filter_map(|s| s.view.as_ref()?.version.as_ref()?.release)
             .max()
             .map(|r| r.to_string());
+        let mut clients = self.clients.report();
+        if let Some(target) = &self.target {
+            for use_ in clients
+                .iter_mut()
+                .flat_map(|c| c.breaks_on_target.iter_mut())
+            {
+                let gvr = crate::classify::Gvr::new(&*use_.group, &*use_.version, &*use_.resource);
+                use_.use_version = target.use_instead(&gvr).map(str::to_owned);
+            }
+        }
         json!({
             "newest_release": newest,
+            "target": self.target.as_ref().map(|t| t.label()),
             "servers": servers,
             "max_tracked_clients": self.clients.max(),
             "tracked_clients": self.clients.named(),
-            "clients": self.clients.report(),
+            "clients": clients,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::{BTreeMap, BTreeSet};
+
+    use http::Method;
+    use prometheus_client::registry::Registry;
+
+    use super::*;
+    use crate::classify::classify;
+    use crate::discovery::ServerState;
+    use crate::testkit::view;
+
+    const KUBECTL: &str = "kubectl/v1.24.0 (linux/amd64) kubernetes/4ce5a89";
+    const PSP: &str = "/apis/policy/v1beta1/podsecuritypolicies";
+    const PSP_WARNING: &str = r#"299 - "policy/v1beta1 PodSecurityPolicy is deprecated in v1.21+, unavailable in v1.25+""#;
+
+    fn served(gvrs: &[(&str, &str, &str)]) -> Snapshot {
+        let mut s = ServerState::new("a".into(), "http://a".into(), true);
+        s.attempted = true;
+        s.up = true;
+        s.view = Some(view(gvrs));
+        Snapshot::build(vec![s], &BTreeSet::new(), BTreeMap::new(), true)
+    }
+
+    fn request(agent: &str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(USER_AGENT, HeaderValue::from_str(agent).unwrap());
+        h
+    }
+
+    fn warned(value: &str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.append(WARNING, HeaderValue::from_str(value).unwrap());
+        h
+    }
+
+    fn deprecated_lines(registry: &Registry) -> BTreeMap<String, String> {
+        let (text, _) = mvproxy_telemetry::metrics::encode(registry, false).unwrap();
+        text.lines()
+            .filter(|l| l.starts_with("mvproxy_deprecated_requests_total{"))
+            .filter_map(|l| l.rsplit_once(' '))
+            .map(|(s, v)| (s.to_owned(), v.to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn deprecation_warnings_are_counted_per_client_with_the_release_of_removal() {
+        let mut registry = Registry::default();
+        let metrics = Arc::new(Metrics::register(&mut registry));
+        let r = SkewClients::new(10, metrics, HeaderName::from_static("x-remote-user"));
+        let snap = served(&[
+            ("policy", "v1beta1", "podsecuritypolicies"),
+            ("", "v1", "pods"),
+        ]);
+        let route = Route::Local(LocalReason::ServedLocally);
+        let psp = classify(&Method::GET, PSP, None);
+        for _ in 0..2 {
+            let who = r.observe(&snap, &psp, &route, &request(KUBECTL)).unwrap();
+            r.answered(&snap, &psp, who, &warned(PSP_WARNING));
+        }
+        // the same GVR answered without a warning, a webhook's warning on pods: not counted
+        let who = r.observe(&snap, &psp, &route, &request(KUBECTL)).unwrap();
+        r.answered(&snap, &psp, who, &HeaderMap::new());
+        let pods = classify(&Method::GET, "/api/v1/namespaces/default/pods", None);
+        let who = r.observe(&snap, &pods, &route, &request(KUBECTL)).unwrap();
+        r.answered(
+            &snap,
+            &pods,
+            who,
+            &warned(r#"299 - "spec.foo is deprecated""#),
+        );
+        // a GVR no server serves is never counted, whatever its warning says
+        let made_up = classify(&Method::GET, "/apis/policy/v9/things", None);
+        let who = r
+            .observe(&snap, &made_up, &route, &request(KUBECTL))
+            .unwrap();
+        r.answered(
+            &snap,
+            &made_up,
+            who,
+            &warned(r#"299 - "policy/v9 Thing is deprecated, unavailable in v1.40+""#),
+        );
+        // over the peer hop: counted by the proxy that sent it, not here
+        let hop = Route::Local(LocalReason::AlreadyProxied);
+        assert!(r.observe(&snap, &psp, &hop, &request(KUBECTL)).is_none());
+
+        let want: BTreeMap<String, String> = [(
+            "mvproxy_deprecated_requests_total{client=\"kubectl\",group=\"policy\",version=\"v1beta1\",resource=\"podsecuritypolicies\",removed_in=\"1.25\"}".to_owned(),
+            "2".to_owned(),
+        )]
+        .into_iter()
+        .collect();
+        assert_eq!(deprecated_lines(&registry), want);
+        let report = r.report(&snap);
+        let dep = &report["clients"][0]["deprecated"];
+        assert_eq!(
+            dep[0]["gvr"], "policy/v1beta1/podsecuritypolicies",
+            "{report}"
+        );
+        assert_eq!(dep[0]["removed_in"], "1.25");
+        assert_eq!(dep[0]["requests"], 2);
+        assert_eq!(dep.as_array().map(Vec::len), Some(1));
     }
 }
