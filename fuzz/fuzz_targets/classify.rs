@@ -7,7 +7,8 @@
 
 use libfuzzer_sys::fuzz_target;
 use mvproxy_core::classify::{RequestInfo, classify};
-use mvproxy_core::route::{PEER_PROXIED, Route, decide};
+use mvproxy_core::route::{Route, decide};
+use mvproxy_core::upstream::PEER_PROXIED;
 
 #[path = "common.rs"]
 mod common;

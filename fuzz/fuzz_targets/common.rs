@@ -6,9 +6,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, OnceLock};
 
-use mvproxy_core::plumbing::ServerName;
 use mvproxy_core::discovery::snapshot::{ServerState, ServerView, Snapshot};
 use mvproxy_core::discovery::types::ApiGroupDiscoveryList;
+use mvproxy_core::plumbing::ServerName;
 
 const APIS_134: &str =
     include_str!("../../fixtures/discovery/kube-apiserver-1.34-dev/aggregated_v2.json");

@@ -6,8 +6,8 @@
 use std::time::{Duration, SystemTime};
 
 use libfuzzer_sys::fuzz_target;
-use mvproxy_core::plumbing::ServerName;
 use mvproxy_core::peers::{peers_from_leases, peers_from_slices};
+use mvproxy_core::plumbing::ServerName;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(serde_json::Value::Array(items)) = serde_json::from_slice(data) else {
