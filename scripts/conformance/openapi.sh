@@ -55,8 +55,18 @@ strict_unknown() {
   case $version in
     v1alpha2) wl_new cp-strict ;;
     v1alpha1) wl_old cp-strict ;;
-  esac | jq -c '.spec.bogusField = 1' | kc "$1" "$2" apply --validate=strict -f - 2>&1 | sed 's/[0-9a-f-]\{36\}//g'
+  esac | jq -c '.spec.bogusField = 1' | kc "$1" "$2" apply --validate=strict -f - 2>&1 | no_discovery_noise | sed 's/[0-9a-f-]\{36\}//g'
   kc "$1" "$2" delete "workloads.$version.scheduling.k8s.io" cp-strict -n default --ignore-not-found >/dev/null 2>&1 || true
+}
+
+# kubectl 1.27 reads legacy discovery and logs (klog, "E1201 ... memcache.go:287] couldn't get
+# resource list for G/V") every group-version the merged /apis lists whose /apis/G/V answers 404.
+# Straight against a server with upstream's peer proxy that is the other release's
+# group-version (upstream merges /apis but serves /apis/G/V only locally); through mvproxy,
+# which routes /apis/G/V to a peer that serves it, the line is not there. It is the straight
+# server's gap, not kubectl's answer: dropped before comparing what kubectl answered.
+no_discovery_noise() {
+  grep -v '^E[0-9]\{4\} .*memcache\.go:[0-9]*\] couldn.t get resource list for' || true
 }
 
 same() { # WHAT VIA STRAIGHT: equal outputs
@@ -69,8 +79,8 @@ openapi_kubectl_checks() { # KUBECTL
   # via A' ($OLD) for v1alpha2 ($NEW only, straight: B); via B' ($NEW) for v1alpha1 ($OLD only, straight: A).
   for pair in "a v1alpha2 direct-b" "b v1alpha1 direct-a"; do
     read -r via version straight <<<"$pair"
-    ea=$(kc "$k" "$CP_DIR/via-$via.kc" explain workloads --api-version="scheduling.k8s.io/$version" --recursive 2>&1 || true)
-    es=$(kc "$k" "$CP_DIR/$straight.kc" explain workloads --api-version="scheduling.k8s.io/$version" --recursive 2>&1 || true)
+    ea=$(kc "$k" "$CP_DIR/via-$via.kc" explain workloads --api-version="scheduling.k8s.io/$version" --recursive 2>&1 | no_discovery_noise || true)
+    es=$(kc "$k" "$CP_DIR/$straight.kc" explain workloads --api-version="scheduling.k8s.io/$version" --recursive 2>&1 | no_discovery_noise || true)
     echo "$ea" >"$out/explain-$kv-via-$via.txt"
     echo "$es" >"$out/explain-$kv-$straight.txt"
     check "kubectl $kv explain $version via mvproxy $via = straight" "$(echo "$ea" | wc -l) lines$( [ "$ea" = "$es" ] || echo "; differs: $(diff <(echo "$es") <(echo "$ea") | head -3 | tr '\n' ' ')")" \
