@@ -35,6 +35,11 @@ root="$(cd "$here/../.." && pwd)"
 out="${CONFORMANCE_OUT:-$root/target/conformance}/peer-failures"
 mkdir -p "$out"
 [ "$(id -u)" -eq 0 ] || { record "runs as root" FAIL "a network namespace and a UTS namespace per API server need root"; exit 1; }
+# The drop fault needs iptables: installed once, as root, when missing (as scripts/test.sh
+# installs prometheus).
+if ! command -v iptables >/dev/null && [ "$(id -u)" -eq 0 ]; then
+  apt-get update >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends iptables >&2 || true
+fi
 command -v iptables >/dev/null || { record "iptables installed" FAIL "the drop fault needs iptables (Debian: apt-get install iptables)"; exit 1; }
 # MVPROXY: the binary to measure (default: a release build of this checkout, built here).
 # OLD: the release of A. 1.35.4 is the real skew; OLD=1.36.3 runs A on 1.36.3 with
