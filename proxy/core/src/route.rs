@@ -156,17 +156,7 @@ fn decide_peer(
 ) -> Route {
     let capable = serving.map(|s| s.peers.as_slice()).unwrap_or(&[]);
     if capable.is_empty() {
-        return match snap.unseen_peer() {
-            Some((peer, cause)) => Route::Unavailable(ProxyError::SurfaceUnknown {
-                gvr: gvr.to_string(),
-                peer: peer.clone(),
-                cause: cause.map_or_else(
-                    || "discovery not fetched yet".to_owned(),
-                    ToString::to_string,
-                ),
-            }),
-            None => Route::Local(LocalReason::NoPeer),
-        };
+        return unseen_or_no_peer(gvr.to_string(), snap);
     }
     let up = serving.map(|s| s.up.as_slice()).unwrap_or(&[]);
     if up.is_empty() {
@@ -174,6 +164,22 @@ fn decide_peer(
     }
     let i = pick(up.len()).min(up.len() - 1);
     Route::Peer(up[i].clone())
+}
+
+/// Served by no known peer: a `503` while some peer's surface was never seen (it might serve
+/// `what`), else the local server's own `404`.
+fn unseen_or_no_peer(what: String, snap: &Snapshot) -> Route {
+    match snap.unseen_peer() {
+        Some((peer, cause)) => Route::Unavailable(ProxyError::SurfaceUnknown {
+            gvr: what,
+            peer: peer.clone(),
+            cause: cause.map_or_else(
+                || "discovery not fetched yet".to_owned(),
+                ToString::to_string,
+            ),
+        }),
+        None => Route::Local(LocalReason::NoPeer),
+    }
 }
 
 /// A random one of `capable` that is up, or a `503` naming them (and `what`) when none is.
@@ -239,11 +245,7 @@ fn decide_discovery(
         DiscoveryPath::Group { group } => (group, None),
         DiscoveryPath::GroupVersion { group, version } => (group, Some(version.as_str())),
     };
-    let served_locally = match version {
-        Some(v) => local.serves_gv(group, v),
-        None => local.serves_group(group),
-    };
-    if served_locally {
+    if local.serves_gv_or_group(group, version) {
         return Route::Local(LocalReason::ServedLocally);
     }
     let capable = snap.peers_serving_gv(group, version);

@@ -120,6 +120,14 @@ impl ServerView {
         self.apis.iter().any(|g| g.name() == group)
     }
 
+    /// Whether it serves the group-version, or with no version the group at all.
+    pub fn serves_gv_or_group(&self, group: &str, version: Option<&str>) -> bool {
+        match version {
+            Some(v) => self.serves_gv(group, v),
+            None => self.serves_group(group),
+        }
+    }
+
     /// Whether the server serves the group-version.
     pub fn serves_gv(&self, group: &str, version: &str) -> bool {
         self.groups()

@@ -9,10 +9,9 @@
 
 use http::Method;
 
-use super::{LocalReason, Route, choose_up};
+use super::{LocalReason, Route, choose_up, unseen_or_no_peer};
 use crate::classify::openapi::{DocPath, OpenApiPath};
 use crate::discovery::Snapshot;
-use crate::error::ProxyError;
 use crate::plumbing::ServerName;
 
 /// A document mvproxy answers with itself (the `Route::OpenApi` payload).
@@ -55,26 +54,12 @@ fn decide_doc(doc: &DocPath, snap: &Snapshot, pick: impl FnOnce(usize) -> usize)
         return Route::Local(LocalReason::NotSynced);
     };
     let (group, version) = doc.group_version();
-    let served_locally = match version {
-        Some(v) => local.serves_gv(group, v),
-        None => local.serves_group(group),
-    };
-    if served_locally {
+    if local.serves_gv_or_group(group, version) {
         return Route::Local(LocalReason::ServedLocally);
     }
     let capable = snap.peers_serving_gv(group, version);
     if capable.is_empty() {
-        return match snap.unseen_peer() {
-            Some((peer, cause)) => Route::Unavailable(ProxyError::SurfaceUnknown {
-                gvr: what(group, version),
-                peer: peer.clone(),
-                cause: cause.map_or_else(
-                    || "discovery not fetched yet".to_owned(),
-                    ToString::to_string,
-                ),
-            }),
-            None => Route::Local(LocalReason::NoPeer),
-        };
+        return unseen_or_no_peer(what(group, version), snap);
     }
     choose_up(what(group, version), &capable, snap, pick)
 }
@@ -130,6 +115,7 @@ pub fn peer_only_gvs(snap: &Snapshot) -> Vec<(DocPath, ServerName)> {
 mod tests {
     use super::*;
     use crate::discovery::ServerState;
+    use crate::error::ProxyError;
     use crate::testkit::view;
     use std::collections::{BTreeMap, BTreeSet};
 
