@@ -156,18 +156,15 @@ PY
 [ "${pod_args[0]}" = serve ] || record "static pod runs serve" FAIL "args: ${pod_args[*]}"
 # A node's config.yaml: the shipped one with the node's names and addresses, edited as its
 # header says; kubeadm's PKI at /etc/kubernetes/pki (this control plane's, same file names).
-# Front-proxy identity as the header says: the peers are the other nodes' mvproxies, which
-# pass mvproxy's own discovery reads on only from a front-proxy client they trust (without it
-# every peer read is the API server's 401).
+# It ships with front-proxy identity: the peers are the other nodes' mvproxies, which pass
+# mvproxy's own discovery reads on only from a front-proxy client they trust (without it every
+# peer read is the API server's 401).
 node_config() { # DIR SERVER_ID LOCAL_IP MY_IP PEER_ID PEER_IP
   mkdir -p "$1"
   sed -e "s/^server-id: .*/server-id: $2/" -e "s#^local: .*#local: https://$3:$CP_PORT#" \
     -e "s/^listen: .*/listen: $4:7443/" -e "s/^admin-listen: .*/admin-listen: $4:9464/" \
     -e "/^  - cp-[0-9]=/d" -e "s#^peers:#peers:\n  - $5=https://$6:7443#" \
     "$deploy/static-pod/config.yaml" >"$1/config.yaml"
-  printf '%s\n' "identity: front-proxy" "client-ca-file: /etc/kubernetes/pki/ca.crt" \
-    "requestheader-client-ca-file: /etc/kubernetes/pki/front-proxy-ca.crt" \
-    "requestheader-allowed-names: [front-proxy-client]" >>"$1/config.yaml"
 }
 node_config "$CP_DIR/node-a" apiserver-a "$A_IP" "$MA_IP" apiserver-b "$MB_IP"
 node_config "$CP_DIR/node-b" apiserver-b "$B_IP" "$MB_IP" apiserver-a "$MA_IP"

@@ -194,12 +194,14 @@ async fn kubernetes_manifests_use_kubeadm_paths_and_configs_mvproxy_accepts() {
     );
 
     // Each shipped config is one mvproxy accepts, with the kubeadm defaults for the peer CA
-    // and the front-proxy client certificate.
+    // and the front-proxy client certificate, and front-proxy identity: the peers are other
+    // mvproxies, which pass a peer's discovery reads on only from a front-proxy client.
     let pki = TempDir::new("pki");
     for f in [
         "ca.crt",
         "apiserver.crt",
         "apiserver.key",
+        "front-proxy-ca.crt",
         "front-proxy-client.crt",
         "front-proxy-client.key",
     ] {
@@ -220,22 +222,38 @@ async fn kubernetes_manifests_use_kubeadm_paths_and_configs_mvproxy_accepts() {
             )),
             "{name}"
         );
+        assert!(
+            text.lines().any(|l| l == "identity: front-proxy")
+                && text.contains(&format!(
+                    "requestheader-client-ca-file: {}/front-proxy-ca.crt",
+                    pki.path().display()
+                )),
+            "{name}: {text}"
+        );
         let (code, out) = check_config(dir.path(), text).await;
         assert_eq!(code, 0, "{name}: {out}");
         assert!(out.contains("valid"), "{name}: {out}");
     }
-    // Switching a shipped config to a cluster peer source or to front-proxy identity: what
-    // must change is refused with the field named, and the changed config is valid.
+    // Switching a shipped config to a cluster peer source, or dropping the users' CA that
+    // front-proxy identity needs: what must change is refused with the field named, and the
+    // changed config is valid.
     let (_, base) = &configs[0];
     for (line, field) in [
         ("peer-source: leases", "peer:"),
         ("peer-source: endpointslices", "peer:"),
-        ("identity: front-proxy", "client-ca-file:"),
     ] {
         let (code, out) = check_config(dir.path(), &format!("{base}\n{line}\n")).await;
         assert_eq!(code, 2, "{line}: {out}");
         assert!(out.contains(field), "{out}");
     }
+    let without_client_ca: String = base
+        .lines()
+        .filter(|l| !l.starts_with("client-ca-file:"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let (code, out) = check_config(dir.path(), &without_client_ca).await;
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains("client-ca-file"), "{out}");
     let without_peers: String = base
         .lines()
         .take_while(|l| !l.starts_with("peers:"))
@@ -250,13 +268,6 @@ async fn kubernetes_manifests_use_kubeadm_paths_and_configs_mvproxy_accepts() {
     let (code, out) =
         check_config(dir.path(), &format!("{without_peers}peer-source: leases\n")).await;
     assert_eq!(code, 0, "{without_peers}: {out}");
-    let ca = format!("{}/ca.crt", pki.path().display());
-    let (code, out) = check_config(
-        dir.path(),
-        &format!("{base}\nidentity: front-proxy\nclient-ca-file: {ca}\nrequestheader-client-ca-file: {ca}\nrequestheader-allowed-names: [front-proxy-client]\n"),
-    )
-    .await;
-    assert_eq!(code, 0, "{out}");
 
     let kubeadm = yaml_docs("deploy/kubernetes/kubeadm-config.yaml");
     let cluster = kubeadm
