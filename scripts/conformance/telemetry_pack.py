@@ -52,8 +52,8 @@ LOCAL_PATH = "/api/v1/namespaces/default/pods"
 OLD_ONLY_PATH = "/apis/flowcontrol.apiserver.k8s.io/v1beta3/flowschemas"
 OLD_CLIENT = {"User-Agent": "legacy-controller/v0.9 (linux/amd64) kubernetes/abcdef"}
 # A slow API server: the stand-in waits before it answers (x-standin-delay-ms), so the response
-# headers, where mvproxy's spans end (README: a watch's span covers its start, not its
-# lifetime), come later than the slow policy's 500 ms.
+# headers, where mvproxy's server and client spans end (docs/telemetry.md; a watch has a span
+# of its own for its lifetime), come later than the slow policy's 500 ms.
 SLOW_PATH = "/api/v1/namespaces/default/configmaps"
 SLOW_HEADERS = {"x-standin-delay-ms": "700"}
 SCRAPE_INTERVAL_S = 15  # deploy/prometheus/prometheus.yml global.scrape_interval

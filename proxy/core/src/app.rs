@@ -215,7 +215,11 @@ pub async fn start(config: &Config, sockets: Sockets) -> Result<Running, StartEr
     );
     let app = Arc::new(App {
         auth,
-        listener: spans::ListenerAttributes::new(listen, &config.server_id),
+        listener: spans::ListenerAttributes::new(
+            listen,
+            &config.server_id,
+            config.proxy_tls.is_some(),
+        ),
         local,
         cache: cache.clone(),
         metrics,

@@ -146,6 +146,7 @@ impl Harness {
             listener: crate::spans::ListenerAttributes::new(
                 "127.0.0.1:6443".parse().expect("addr"),
                 &"apiserver-a".into(),
+                false,
             ),
             local,
             cache,
