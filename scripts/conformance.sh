@@ -12,7 +12,8 @@
 #   peer-failures   one of two servers of a GVR killed, stopped, cut off: what clients see
 #                   through mvproxy and through upstream's proxy (scripts/conformance/peer-failures.sh)
 #   telemetry-pack  the observability pack live: collector, Jaeger, Prometheus, dashboards,
-#                   rules, traces, tail sampling (scripts/conformance/telemetry-pack.sh)
+#                   rules, traces, tail sampling, span export over mutual TLS across a
+#                   collector restart and outage (scripts/conformance/telemetry-pack.sh)
 #
 # usage: scripts/conformance.sh [PART ...]    (default: every part, in the order below)
 # env:   CONFORMANCE_OUT  report directory (default: target/conformance)

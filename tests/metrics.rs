@@ -181,3 +181,51 @@ async fn a_local_api_server_failure_is_a_local_proxy_error_not_a_peer_one() {
     );
     proxy.terminate().await;
 }
+
+/// Every family docs/telemetry.md lists is on a fresh proxy's first scrape, with its HELP and
+/// TYPE lines, before any request: a dashboard or an alert on `increase()` sees the family
+/// from the start, and `promtool` accepts the families that have no series yet.
+#[tokio::test]
+async fn the_first_scrape_declares_every_family_of_the_contract() {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/telemetry.md"))
+        .unwrap();
+    let families: std::collections::BTreeSet<&str> = doc
+        .lines()
+        .filter(|l| l.starts_with("| `mvproxy_"))
+        .filter_map(|l| l.split(" | ").next())
+        .flat_map(|cell| cell.split('`').filter(|w| w.starts_with("mvproxy_")))
+        .collect();
+    assert!(families.len() > 20, "{families:?}");
+    let c = crate::cluster::Cluster::start().await;
+    let first = get(&format!("{}/metrics", c.proxy_a.admin_url()), &[])
+        .await
+        .unwrap();
+    let text = first.text();
+    for family in &families {
+        for line in [format!("# HELP {family} "), format!("# TYPE {family} ")] {
+            assert!(text.contains(&line), "{line:?} missing from\n{text}");
+        }
+    }
+    let mut check = tokio::process::Command::new(tool("promtool"))
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    check
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(&first.body)
+        .await
+        .unwrap();
+    let out = check.wait_with_output().await.unwrap();
+    assert!(
+        out.status.success(),
+        "promtool check metrics: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -6,15 +6,18 @@
 use std::time::{Duration, Instant};
 
 use http::StatusCode;
-use integration::otlp::{KIND_CLIENT, KIND_SERVER, Receiver, Span};
+use integration::otlp::{KIND_CLIENT, KIND_INTERNAL, KIND_SERVER, Receiver, Span};
 use integration::*;
 
-use crate::cluster::Cluster;
+use crate::cluster::{Cluster, object};
 
 const TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 const CLIENT_SPAN: &str = "00f067aa0ba902b7";
 
 /// The client's sampled `traceparent`: trace [`TRACE`], parent span [`CLIENT_SPAN`].
+/// A client's `User-Agent`, as `user_agent.original` on the server span.
+const AGENT: &str = "kubectl/v1.35.0 (linux/amd64) kubernetes/66452049";
+
 fn client_traceparent() -> String {
     format!("00-{TRACE}-{CLIENT_SPAN}-01")
 }
@@ -96,7 +99,11 @@ async fn one_trace_across_the_peer_hop(grpc: bool) {
     let traceparent = client_traceparent();
     let r = get(
         &format!("{}{OLD_ONLY}", c.proxy_a.url()),
-        &[("traceparent", &traceparent), ("tracestate", "vendor=1")],
+        &[
+            ("traceparent", &traceparent),
+            ("tracestate", "vendor=1"),
+            ("user-agent", AGENT),
+        ],
     )
     .await
     .unwrap();
@@ -148,9 +155,18 @@ async fn one_trace_across_the_peer_hop(grpc: bool) {
         ("mvproxy.reason", "peer_only"),
         ("mvproxy.peer", "apiserver-b"),
         ("mvproxy.server_id", "apiserver-a"),
+        ("url.scheme", "http"),
+        ("network.protocol.version", "1.1"),
+        ("user_agent.original", AGENT),
+        ("client.address", "127.0.0.1"),
+        ("k8s.api.verb", "list"),
     ] {
         assert_eq!(a_server.attr(k), v, "A server span {k}: {a_server:#?}");
     }
+    assert!(
+        a_server.attr("client.port").parse::<u16>().is_ok(),
+        "{a_server:#?}"
+    );
     assert_eq!(
         a_server.attr("server.port"),
         c.proxy_a.listen.port().to_string()
@@ -172,6 +188,14 @@ async fn one_trace_across_the_peer_hop(grpc: bool) {
         c.proxy_b.listen.port().to_string()
     );
     assert_eq!(a_client.attr("http.response.status_code"), "200");
+    assert_eq!(
+        a_client.attr("url.full"),
+        format!("http://127.0.0.1:{}{OLD_ONLY}", c.proxy_b.listen.port())
+    );
+    assert_eq!(
+        b_client.attr("url.full"),
+        format!("http://127.0.0.1:{}{OLD_ONLY}", c.b.addr.port())
+    );
     assert_eq!(b_server.attr("mvproxy.route"), "local");
     assert_eq!(b_server.attr("mvproxy.reason"), "already_proxied");
     assert_eq!(b_server.attr("mvproxy.server_id"), "apiserver-b");
@@ -584,5 +608,48 @@ async fn a_failed_request_has_an_error_span_with_an_exception_event() {
         failed[0].contains(TRACE) && failed[0].contains(server.span_id.as_str()),
         "the failure line carries the server span's trace and span ids: {}",
         failed[0]
+    );
+}
+
+/// A watch has a span of its own, child of its server span, that lasts until the watch ends:
+/// it says how many events were relayed and why the watch ended (here the API server's
+/// `timeoutSeconds`).
+#[tokio::test]
+async fn a_watch_has_a_span_until_it_ends_with_its_events_and_why() {
+    let receiver = Receiver::grpc().await;
+    let env = otel_env(&receiver, true);
+    let c = Cluster::start_with_env(&env_refs(&env)).await;
+    for name in ["p-1", "p-2", "p-3"] {
+        c.a.insert("", "v1", "pods", Some("default"), object("v1", "Pod", name));
+    }
+    let r = get_in_trace(&format!(
+        "{}{PODS}?watch=true&timeoutSeconds=1",
+        c.proxy_a.url()
+    ))
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text());
+    let events = r.text().lines().filter(|l| !l.is_empty()).count();
+    assert_eq!(events, 3, "{}", r.text());
+
+    let spans = receiver
+        .wait_for("the watch's span", |s| {
+            in_trace(s, TRACE)
+                .iter()
+                .any(|s| s.name.starts_with("watch "))
+        })
+        .await;
+    let trace = in_trace(&spans, TRACE);
+    let server = child_of(&trace, CLIENT_SPAN, KIND_SERVER);
+    assert_eq!(server.attr("k8s.api.verb"), "watch", "{server:#?}");
+    let watch = child_of(&trace, &server.span_id, KIND_INTERNAL);
+    assert_eq!(
+        watch.name,
+        "watch /api/{version}/namespaces/{namespace}/{resource}"
+    );
+    assert_eq!(watch.attr("mvproxy.watch.events"), "3", "{watch:#?}");
+    assert_eq!(
+        watch.attr("mvproxy.watch.end"),
+        "upstream_closed",
+        "{watch:#?}"
     );
 }

@@ -13,7 +13,10 @@ listens on 127.0.0.1 on free ports; every process is started here and stopped by
                          mvproxy targets generated), --enable-feature=exemplar-storage
 
 Phases: healthy (a known mix of requests with known trace ids, plus a light background load),
-then errors (mvproxy-cp-2 stopped, a fourth proxy started whose peer apiserver-2 was never up).
+then errors (mvproxy-cp-2 stopped, a fourth proxy started whose peer apiserver-2 was never up),
+then export resilience (a second collector with otel-collector/tls-overlay.yaml, mutual TLS
+and gzip over gRPC and HTTP, restarted and stopped for 30 s under load; what reached a Jaeger
+of its own is counted against what the proxies produced and dropped).
 Prints one table row per check and exits 1 when any check failed.
 """
 
@@ -49,8 +52,8 @@ LOCAL_PATH = "/api/v1/namespaces/default/pods"
 OLD_ONLY_PATH = "/apis/flowcontrol.apiserver.k8s.io/v1beta3/flowschemas"
 OLD_CLIENT = {"User-Agent": "legacy-controller/v0.9 (linux/amd64) kubernetes/abcdef"}
 # A slow API server: the stand-in waits before it answers (x-standin-delay-ms), so the response
-# headers, where mvproxy's spans end (README: a watch's span covers its start, not its
-# lifetime), come later than the slow policy's 500 ms.
+# headers, where mvproxy's server and client spans end (docs/telemetry.md; a watch has a span
+# of its own for its lifetime), come later than the slow policy's 500 ms.
 SLOW_PATH = "/api/v1/namespaces/default/configmaps"
 SLOW_HEADERS = {"x-standin-delay-ms": "700"}
 SCRAPE_INTERVAL_S = 15  # deploy/prometheus/prometheus.yml global.scrape_interval
@@ -59,6 +62,14 @@ SCRAPE_INTERVAL_S = 15  # deploy/prometheus/prometheus.yml global.scrape_interva
 RATE_INTERVAL = f"{4 * SCRAPE_INTERVAL_S}s"
 SPANMETRICS_BOUNDS_MS = ["5", "10", "15", "30", "50", "100", "300", "500", "1000", "+Inf"]
 AGGREGATED = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
+# Export resilience (the last phase): requests a second per loaded proxy, seconds of steady
+# load before, between and after the collector's restart and outage, the outage, and the
+# small queue (spans) that cannot hold the outage (the other proxy has the default, 2048).
+RESILIENCE_RATE = 15
+RESILIENCE_STEADY_S = 6
+OUTAGE_S = 30
+RESILIENCE_SMALL_QUEUE = 256
+NOCERT_REQUESTS = 10
 
 
 class Failed(Exception):
@@ -145,6 +156,7 @@ def http_ok(url):
 class Table:
     def __init__(self):
         self.rows = []
+        self.extra = []
 
     def add(self, check, ok, detail):
         status = {True: "PASS", False: "FAIL", None: "SKIP"}[ok]
@@ -165,7 +177,7 @@ class Table:
         out = ["| check | result | measured |", "| --- | --- | --- |"]
         for c, s, d in self.rows:
             out.append(f"| {c} | {s} | {d} |".replace("\n", " "))
-        return "\n".join(out)
+        return "\n\n".join(["\n".join(out)] + self.extra)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -632,6 +644,10 @@ class Pack:
         t = self.table
         self.results = {}
         self.check_validate()
+        if self.a.only_export_resilience:
+            sink, sink_otlp = self.start_jaeger("jaeger-sink")
+            self.export_resilience(self.start_standin("apiserver-1", "1.31"), sink_otlp, sink_otlp)
+            return t
 
         tempo_sink, tempo_otlp = self.start_jaeger("jaeger-tempo-sink")
         jaeger, jaeger_otlp = self.start_jaeger("jaeger")
@@ -785,7 +801,227 @@ class Pack:
                       bool(edges), f"{len(edges)} edges")
 
         self.check_provisioning(prom, jaeger)
+        self.stop_bg.set()
+        self.bg_thread.join(timeout=30)
+        self.export_resilience(stand[0], tempo_otlp, jaeger_otlp)
         return t
+
+    # -- export resilience: mutual TLS, gzip, a collector restart and a 30 s outage ---------
+
+    def make_otlp_pki(self):
+        """A throwaway CA, the collector's certificate (SAN IP 127.0.0.1) and mvproxy's client
+        certificate, with openssl as scripts/control-plane/lib.sh makes the control plane's."""
+        d = os.path.join(self.work, "otlp-pki")
+        os.makedirs(d, exist_ok=True)
+
+        def run(*argv):
+            subprocess.run(["openssl", *argv], check=True, capture_output=True, timeout=60)
+
+        ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+        run("req", "-x509", *ec, "-keyout", f"{d}/ca.key", "-out", f"{d}/ca.crt", "-days", "2",
+            "-subj", "/CN=otlp-test-ca", "-addext", "basicConstraints=critical,CA:TRUE",
+            "-addext", "keyUsage=critical,digitalSignature,keyCertSign")
+        for name, cn, ext in (
+                ("collector", "otel-collector",
+                 "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth"),
+                ("mvproxy", "mvproxy", "extendedKeyUsage=clientAuth")):
+            run("req", "-new", *ec, "-keyout", f"{d}/{name}.key", "-out", f"{d}/{name}.csr",
+                "-subj", f"/CN={cn}")
+            with open(f"{d}/{name}.ext", "w") as f:
+                f.write("basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\n" + ext + "\n")
+            run("x509", "-req", "-in", f"{d}/{name}.csr", "-CA", f"{d}/ca.crt", "-CAkey",
+                f"{d}/ca.key", "-CAcreateserial", "-days", "2", "-sha256", "-extfile",
+                f"{d}/{name}.ext", "-out", f"{d}/{name}.crt")
+        return d
+
+    def check_count_overlay(self):
+        """scripts/conformance/count-overlay.yaml writes traces/in's exporters out in full (a
+        list is replaced by the merge): they must be config.yaml's plus otlp/count."""
+        def exporters_of_traces_in(text):
+            m = re.search(r"^    traces/in:\n(?:      .*\n)*?      exporters: \[([^\]]*)\]", text, re.M)
+            return [e.strip() for e in m.group(1).split(",")] if m else None
+        shipped = exporters_of_traces_in(
+            open(os.path.join(self.repo, "otel-collector/config.yaml")).read())
+        overlay = exporters_of_traces_in(
+            open(os.path.join(self.repo, "scripts/conformance/count-overlay.yaml")).read())
+        ok = shipped is not None and overlay == shipped + ["otlp/count"]
+        self.table.add("count-overlay.yaml keeps config.yaml's traces/in exporters", ok,
+                       f"config.yaml {shipped}; overlay {overlay}")
+        if not ok:
+            raise Failed("scripts/conformance/count-overlay.yaml is out of step with config.yaml")
+
+    def start_tls_collector(self, n):
+        p = self.start(f"otelcol-tls-{n}", [
+            self.a.otelcol,
+            "--config=" + os.path.join(self.repo, "otel-collector/config.yaml"),
+            "--config=" + os.path.join(self.repo, "otel-collector/endpoints-overlay.yaml"),
+            "--config=" + os.path.join(self.repo, "otel-collector/tls-overlay.yaml"),
+            "--config=" + os.path.join(self.repo, "scripts/conformance/count-overlay.yaml")],
+            self.tls_env)
+        wait_for("the TLS collector", http_ok(f"http://127.0.0.1:{self.tls_metrics}/metrics"), 60,
+                 procs=[p])
+        return p
+
+    def export_resilience(self, local, tempo_otlp, jaeger_otlp):
+        """Two proxies export through the collector with the TLS overlay (mutual TLS, gzip),
+        one over OTLP/gRPC with the default queue, one over OTLP/HTTP with a queue too small for
+        the outage, under a steady load with every request sampled. The collector is restarted
+        once, then stopped for OUTAGE_S and started again. Every SERVER span the requests
+        produced either reached the store behind the collector or is counted in
+        mvproxy_spans_dropped_total, exactly. A third proxy without a client certificate is
+        refused."""
+        t = self.table
+        self.check_count_overlay()
+        pki = self.make_otlp_pki()
+        count_store, count_otlp = self.start_jaeger("jaeger-count")
+        grpc_port, http_port, self.tls_metrics = free_port(), free_port(), free_port()
+        self.tls_env = {"OTELCOL_OTLP_GRPC_PORT": str(grpc_port),
+                        "OTELCOL_OTLP_HTTP_PORT": str(http_port),
+                        "OTELCOL_PROMETHEUS_PORT": str(self.tls_metrics),
+                        "OTELCOL_TELEMETRY_PORT": str(free_port()),
+                        "TEMPO_OTLP_GRPC_ENDPOINT": tempo_otlp,
+                        "JAEGER_OTLP_GRPC_ENDPOINT": jaeger_otlp,
+                        "COUNT_OTLP_GRPC_ENDPOINT": count_otlp,
+                        "OTELCOL_TLS_CERT_FILE": f"{pki}/collector.crt",
+                        "OTELCOL_TLS_KEY_FILE": f"{pki}/collector.key",
+                        "OTELCOL_TLS_CLIENT_CA_FILE": f"{pki}/ca.crt"}
+        collector = self.start_tls_collector(1)
+
+        def proxy(name, protocol, port, queue, client_cert=True):
+            admin = free_port()
+            argv = [self.a.mvproxy, "serve", "--server-id", "apiserver-1", "--local", local,
+                    "--listen", f"127.0.0.1:{free_port()}", "--admin-listen",
+                    f"127.0.0.1:{admin}", "--refresh-interval-seconds", "2",
+                    "--connect-timeout-seconds", "2"]
+            env = {"RUST_LOG": "warn",
+                   "OTEL_EXPORTER_OTLP_ENDPOINT": f"https://127.0.0.1:{port}",
+                   "OTEL_EXPORTER_OTLP_PROTOCOL": protocol,
+                   "OTEL_EXPORTER_OTLP_CERTIFICATE": f"{pki}/ca.crt",
+                   "OTEL_EXPORTER_OTLP_COMPRESSION": "gzip",
+                   "OTEL_TRACES_SAMPLER": "always_on",
+                   "OTEL_SERVICE_NAME": name,
+                   "OTEL_BSP_SCHEDULE_DELAY": "500",
+                   "OTEL_BSP_MAX_QUEUE_SIZE": str(queue)}
+            if client_cert:
+                env["OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE"] = f"{pki}/mvproxy.crt"
+                env["OTEL_EXPORTER_OTLP_CLIENT_KEY"] = f"{pki}/mvproxy.key"
+            # Its --listen port is read back from the argv (free_port above).
+            p = self.start(name, argv, env)
+            url = "http://" + argv[argv.index("--listen") + 1]
+            wait_for(f"{name} ready", http_ok(f"http://127.0.0.1:{admin}/readyz"), 60, procs=[p])
+            return {"name": name, "protocol": protocol, "queue": queue, "url": url,
+                    "metrics": f"http://127.0.0.1:{admin}/metrics", "sent": []}
+
+        loaded = [proxy("mvproxy-tls-grpc", "grpc", grpc_port, 2048),
+                  proxy("mvproxy-tls-http", "http/protobuf", http_port, RESILIENCE_SMALL_QUEUE)]
+        nocert = proxy("mvproxy-tls-nocert", "grpc", grpc_port, 2048, client_cert=False)
+        for _ in range(NOCERT_REQUESTS):
+            nocert["sent"].append((new_trace(self.rng)[0], self.send(nocert["url"], LOCAL_PATH)[0]))
+
+        stop = threading.Event()
+
+        def load(px):
+            rng = random.Random(px["name"])
+            while not stop.is_set():
+                tid = "%032x" % rng.getrandbits(128), "%016x" % rng.getrandbits(64)
+                st, _ = self.send(px["url"], LOCAL_PATH, tid, timeout=5)
+                px["sent"].append((tid[0], st))
+                stop.wait(1 / RESILIENCE_RATE)
+
+        threads = [threading.Thread(target=load, args=(px,)) for px in loaded]
+        for th in threads:
+            th.start()
+        timeline = []
+        try:
+            time.sleep(RESILIENCE_STEADY_S)
+            t0 = time.time()
+            collector.stop()
+            collector = self.start_tls_collector(2)
+            timeline.append(f"restart {time.time() - t0:.1f} s")
+            time.sleep(RESILIENCE_STEADY_S)
+            collector.stop()
+            t0 = time.time()
+            time.sleep(OUTAGE_S)
+            collector = self.start_tls_collector(3)
+            timeline.append(f"down {time.time() - t0:.1f} s")
+            time.sleep(RESILIENCE_STEADY_S)
+        finally:
+            stop.set()
+            for th in threads:
+                th.join(timeout=30)
+
+        def metrics(px):
+            _, body = http(px["metrics"])
+            out = {}
+            for line in body.decode().splitlines():
+                m = re.match(r'^(mvproxy_span[s_][a-z_]*)(\{[^}]*\})? (\S+)$', line)
+                if m:
+                    out[m.group(1) + (m.group(2) or "")] = float(m.group(3))
+            return out
+
+        def queued(px):
+            return metrics(px).get("mvproxy_span_export_queue_length")
+
+        for px in loaded:
+            wait_for(f"{px['name']}'s queue drained", lambda px=px: queued(px) == 0, 60)
+        # The collector's otlp/count exporter and Jaeger's batch (1 s) behind it.
+        time.sleep(5)
+
+        rows = []
+        for px in loaded:
+            m = metrics(px)
+            dropped = sum(v for k, v in m.items() if k.startswith("mvproxy_spans_dropped_total"))
+            exported = m.get("mvproxy_spans_exported_total", 0)
+            sent = {tid for tid, st in px["sent"] if st == 200}
+            traces = count_store.search(px["name"], limit=20000)
+            ids = {(s["kind"], s["id"]) for tr in traces for s in spans_of(tr)}
+            server = {i for k, i in ids if k == "server"}
+            arrived_sent = {tr["traceID"] for tr in traces
+                            if any(s["kind"] == "server" for s in spans_of(tr))} & sent
+            produced = 2 * len(sent)  # one SERVER and one CLIENT span per request
+            missing = produced - len(ids)
+            retries = m.get('mvproxy_span_export_requests_total{outcome="retry"}', 0)
+            failures = m.get('mvproxy_span_export_requests_total{outcome="failure"}', 0)
+            row = {"proxy": px["name"], "protocol": px["protocol"], "queue": px["queue"],
+                   "requests": len(px["sent"]), "ok": len(sent), "server_in_store": len(server),
+                   "server_of_requests": len(arrived_sent), "produced": produced,
+                   "in_store": len(ids), "missing": missing, "dropped": int(dropped),
+                   "exported": int(exported), "retry": int(retries), "failure": int(failures)}
+            rows.append(row)
+            want_drops = px["queue"] < 2048
+            ok = (len(sent) == len(px["sent"]) and missing == dropped and
+                  exported == len(ids) and (dropped > 0 if want_drops else dropped == 0) and
+                  len(server) == len(arrived_sent))
+            t.add(f"export over mutual TLS + gzip, {px['protocol']}, queue {px['queue']}: "
+                  f"collector restarted, then down {OUTAGE_S} s",
+                  ok, f"{len(sent)} requests → {len(sent)} SERVER spans, {len(server)} in the "
+                  f"store; spans produced {produced}, in the store {len(ids)}, missing {missing}, "
+                  f"mvproxy_spans_dropped_total {int(dropped)}, exported {int(exported)}; "
+                  f"export requests retried {int(retries)}, failed {int(failures)}; "
+                  + ", ".join(timeline))
+
+        m = metrics(nocert)
+        in_store = count_store.search(nocert["name"], limit=100)
+        failed = sum(v for k, v in m.items()
+                     if k.startswith("mvproxy_span_export_requests_total") and
+                     ('"retry"' in k or '"failure"' in k))
+        t.add("collector refuses a client without a certificate",
+              m.get("mvproxy_spans_exported_total", 0) == 0 and not in_store and failed > 0,
+              f"{len(nocert['sent'])} requests; exported "
+              f"{int(m.get('mvproxy_spans_exported_total', 0))}, traces in the store "
+              f"{len(in_store)}, export requests failed or retried {int(failed)}")
+
+        hdr = ["proxy", "OTLP", "queue", "requests", "SERVER spans in Jaeger",
+               "spans produced", "spans in Jaeger", "missing", "mvproxy_spans_dropped_total",
+               "mvproxy_spans_exported_total", "export requests retried"]
+        lines = ["| " + " | ".join(hdr) + " |", "|" + " --- |" * len(hdr)]
+        for r in rows:
+            lines.append(f"| {r['proxy']} | {r['protocol']} | {r['queue']} | {r['ok']} | "
+                         f"{r['server_in_store']} | {r['produced']} | {r['in_store']} | "
+                         f"{r['missing']} | {r['dropped']} | {r['exported']} | {r['retry']} |")
+        self.table.extra.append("Export across a collector restart and a "
+                                f"{OUTAGE_S} s outage ({', '.join(timeline)}):\n\n" +
+                                "\n".join(lines))
 
     def start_proxy_at(self, n, local, peers, port, admin_fixed=False):
         """start_proxy with a fixed listen port (peers must know it before it starts), or with
@@ -858,6 +1094,9 @@ def main():
         ap.add_argument("--" + k, required=True)
     ap.add_argument("--seed", type=int, default=10)
     ap.add_argument("--table-file")
+    ap.add_argument("--only-export-resilience", action="store_true",
+                    help="run only the last phase (export through the TLS collector across "
+                    "a restart and an outage)")
     a = ap.parse_args()
     pack = Pack(a)
     code = 0

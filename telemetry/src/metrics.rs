@@ -7,7 +7,8 @@
 
 mod handles;
 
-use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::{EncodeLabelSet, EncodeMetric, MetricEncoder};
+use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::exemplar::HistogramWithExemplars;
 use prometheus_client::metrics::family::Family;
@@ -50,6 +51,15 @@ pub mod values {
     pub const PEER_PROXY_ERROR_TYPES: [&str; 2] = [ENDPOINT_RESOLUTION, PROXY_TRANSPORT];
     /// Every `type` of `mvproxy_local_proxy_errors_total`.
     pub const LOCAL_PROXY_ERROR_TYPES: [&str; 1] = [PROXY_TRANSPORT];
+
+    /// `protocol` of `mvproxy_upstream_replays_total`: HTTP/1.1.
+    pub const HTTP1: &str = "http1";
+    /// HTTP/2.
+    pub const HTTP2: &str = "http2";
+    /// `upstream` of `mvproxy_upstream_replays_total`: the local API server.
+    pub const UPSTREAM_LOCAL: &str = "local";
+    /// A peer.
+    pub const UPSTREAM_PEER: &str = "peer";
 
     /// `type` of `mvproxy_peer_discovery_sync_errors_total`: a server's host name did not
     /// resolve.
@@ -163,6 +173,15 @@ pub struct RouteLabels {
 pub struct ResultLabels {
     /// The `result` label.
     pub result: &'static str,
+}
+
+/// Labels of `mvproxy_upstream_replays_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReplayLabels {
+    /// `local` or `peer`.
+    pub upstream: &'static str,
+    /// `http1` or `http2`.
+    pub protocol: &'static str,
 }
 
 /// `document` and `result` of `mvproxy_openapi_merges_total`.
@@ -344,6 +363,9 @@ pub struct Metrics {
     pub target_info: Family<TargetLabels, Gauge>,
     /// Requests answered with a deprecation warning, by client and release of removal.
     pub deprecated_requests: Family<DeprecatedLabels, Counter>,
+    /// Requests sent to an upstream a second time (the first attempt was written and not
+    /// processed), by upstream and protocol.
+    pub upstream_replays: Family<ReplayLabels, Counter>,
     /// Handles of the series every request touches.
     handles: HandleCache,
 }
@@ -372,28 +394,29 @@ impl Metrics {
             target_missing_requests: Family::default(),
             target_info: Family::default(),
             deprecated_requests: Family::default(),
+            upstream_replays: Family::default(),
             handles: HandleCache::default(),
         };
         let r = registry.sub_registry_with_prefix("mvproxy");
         r.register(
             "rerouted_request",
             "Requests forwarded to a peer API server, by final status code and GVR",
-            m.rerouted_requests.clone(),
+            Declared(m.rerouted_requests.clone()),
         );
         r.register(
             "peer_proxy_errors",
             "Requests that could not be forwarded to a peer, by error type and GVR",
-            m.peer_proxy_errors.clone(),
+            Declared(m.peer_proxy_errors.clone()),
         );
         r.register(
             "peer_discovery_sync_errors",
             "Failed syncs of peer discovery, by error type",
-            m.peer_discovery_sync_errors.clone(),
+            Declared(m.peer_discovery_sync_errors.clone()),
         );
         r.register(
             "local_proxy_errors",
             "Requests that could not be forwarded to the local API server, by error type",
-            m.local_proxy_errors.clone(),
+            Declared(m.local_proxy_errors.clone()),
         );
         r.register(
             "discovery_nopeer_requests",
@@ -403,29 +426,29 @@ impl Metrics {
         r.register(
             "requests",
             "Requests received, by route, reason, peer, status code and method",
-            m.requests.clone(),
+            Declared(m.requests.clone()),
         );
         r.register_with_unit(
             "request_duration",
             "Time from request received to response headers sent, by route and peer",
             Unit::Seconds,
-            m.request_duration.clone(),
+            Declared(m.request_duration.clone()),
         );
         r.register(
             "discovery_cache_lookups",
             "Routing-index lookups of a GVR: hit when some server serves it, miss otherwise",
-            m.cache_lookups.clone(),
+            Declared(m.cache_lookups.clone()),
         );
         r.register_with_unit(
             "discovery_cache_lookup_duration",
             "Time of one routing-index lookup",
             Unit::Seconds,
-            m.cache_lookup_duration.clone(),
+            Declared(m.cache_lookup_duration.clone()),
         );
         r.register(
             "discovery_merges",
             "Merged /apis documents served: hit from cache, miss when rebuilt",
-            m.merges.clone(),
+            Declared(m.merges.clone()),
         );
         r.register_with_unit(
             "discovery_merge_duration",
@@ -436,29 +459,29 @@ impl Metrics {
         r.register(
             "openapi_merges",
             "Merged OpenAPI documents (/openapi/v3, /openapi/v2) served: hit from the snapshot's cache, miss when fetched and merged",
-            m.openapi_merges.clone(),
+            Declared(m.openapi_merges.clone()),
         );
         r.register_with_unit(
             "openapi_merge_duration",
             "Time to fetch the servers' OpenAPI documents and merge them",
             Unit::Seconds,
-            m.openapi_merge_duration.clone(),
+            Declared(m.openapi_merge_duration.clone()),
         );
         r.register_with_unit(
             "peer_discovery_fetch_duration",
             "Time to fetch one server's discovery (/api and /apis)",
             Unit::Seconds,
-            m.peer_fetch_duration.clone(),
+            Declared(m.peer_fetch_duration.clone()),
         );
         r.register(
             "peer_up",
             "1 if the last discovery fetch of the server succeeded",
-            m.peer_up.clone(),
+            Declared(m.peer_up.clone()),
         );
         r.register(
             "discovery_resources",
             "GVRs each server serves, as last fetched",
-            m.discovery_resources.clone(),
+            Declared(m.discovery_resources.clone()),
         );
         // Counters whose label values are all known start at 0, so a family is on /metrics
         // (with its TYPE line) from the first scrape and increase() sees its first error.
@@ -503,24 +526,44 @@ impl Metrics {
         r.register(
             "skew_requests",
             "Requests for a GVR that not every server serves, by client (from the User-Agent), GVR and side of the skew",
-            m.skew_requests.clone(),
+            Declared(m.skew_requests.clone()),
         );
         r.register(
             "target_missing_requests",
             "Requests for a GVR the target release does not serve, by client (from the User-Agent), GVR and target",
-            m.target_missing_requests.clone(),
+            Declared(m.target_missing_requests.clone()),
         );
         r.register(
             "target_info",
             "1 for the target release requests are judged against (--target-release, --target-discovery)",
-            m.target_info.clone(),
+            Declared(m.target_info.clone()),
         );
         r.register(
             "deprecated_requests",
             "Requests an API server answered with a deprecation warning, by client, GVR as requested and the release that removes it",
-            m.deprecated_requests.clone(),
+            Declared(m.deprecated_requests.clone()),
         );
+        r.register(
+            "upstream_replays",
+            "Requests sent to an upstream a second time because the first attempt was not processed (a reused HTTP/1.1 connection closed before any answer, an HTTP/2 GOAWAY or REFUSED_STREAM), by upstream (local, peer) and protocol",
+            Declared(m.upstream_replays.clone()),
+        );
+        for upstream in [values::UPSTREAM_LOCAL, values::UPSTREAM_PEER] {
+            for protocol in [values::HTTP1, values::HTTP2] {
+                let _ = m
+                    .upstream_replays
+                    .get_or_create(&ReplayLabels { upstream, protocol });
+            }
+        }
         m
+    }
+
+    /// The counter of replays to `upstream` (`local` or `peer`) over `protocol`, for the
+    /// upstream's connection pools.
+    pub fn replays(&self, upstream: &'static str, protocol: &'static str) -> Counter {
+        self.upstream_replays
+            .get_or_create(&ReplayLabels { upstream, protocol })
+            .clone()
     }
 
     /// Counts a request in `mvproxy_requests_total`.
@@ -603,6 +646,27 @@ impl Metrics {
         self.discovery_resources.remove(&ServerLabels {
             server: peer.to_owned(),
         });
+    }
+}
+
+/// A family on `/metrics` from the first scrape, with its `HELP` and `TYPE` lines, before it
+/// has a series. prometheus-client leaves out a family without series (its `Family` says it is
+/// empty, and the registry's encoder skips empty metrics: prometheus-client 0.26,
+/// <https://github.com/prometheus/client_rust>, `src/registry.rs` and `src/metrics/family.rs`);
+/// a family of client-named series (`mvproxy_skew_requests_total`) or of one made on first
+/// use would then appear only after it. Both formats allow a family without samples
+/// (OpenMetrics: "A MetricFamily MAY have zero Metrics",
+/// <https://github.com/prometheus/OpenMetrics/blob/main/specification/OpenMetrics.md>).
+#[derive(Debug)]
+struct Declared<M>(M);
+
+impl<M: EncodeMetric> EncodeMetric for Declared<M> {
+    fn encode(&self, encoder: MetricEncoder<'_>) -> Result<(), std::fmt::Error> {
+        self.0.encode(encoder)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        self.0.metric_type()
     }
 }
 

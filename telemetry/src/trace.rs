@@ -154,6 +154,16 @@ impl RequestSpan {
     /// A `CLIENT` span, child of this one (empty when this one is, unsampled when this one
     /// is).
     pub fn client(&self, name: impl FnOnce() -> Cow<'static, str>) -> Self {
+        self.child(name, SpanKind::Client)
+    }
+
+    /// An `INTERNAL` span, child of this one (empty when this one is, unsampled when this one
+    /// is): work of the request that outlives its response headers, such as a watch.
+    pub fn internal(&self, name: impl FnOnce() -> Cow<'static, str>) -> Self {
+        self.child(name, SpanKind::Internal)
+    }
+
+    fn child(&self, name: impl FnOnce() -> Cow<'static, str>, kind: SpanKind) -> Self {
         let child = |sc: &SpanContext| {
             SpanContext::new(
                 sc.trace_id(),
@@ -169,7 +179,7 @@ impl RequestSpan {
                 r.parent.clone(),
                 Some((r.sc.span_id().to_bytes(), false)),
                 name(),
-                SpanKind::Client,
+                kind,
             ),
             State::Unsampled { sc, parent } => State::Unsampled {
                 sc: child(sc),

@@ -25,6 +25,8 @@ use tokio::task::JoinHandle;
 /// OTLP span kinds.
 pub const KIND_SERVER: i32 = 2;
 pub const KIND_CLIENT: i32 = 3;
+/// `SPAN_KIND_INTERNAL`.
+pub const KIND_INTERNAL: i32 = 1;
 
 /// A span as received, flattened.
 #[derive(Debug, Clone)]

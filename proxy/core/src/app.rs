@@ -11,7 +11,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use mvproxy_telemetry::metrics::Metrics;
+use mvproxy_telemetry::metrics::{Metrics, values};
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
@@ -33,7 +33,7 @@ use crate::skew::SkewClients;
 use crate::spans;
 use crate::tls::reload::Reloader;
 use crate::tls::{self, TlsError};
-use crate::upstream::{ClientSettings, Upstream};
+use crate::upstream::{ClientSettings, ReplayCounters, Upstream};
 
 /// Why mvproxy could not start.
 #[derive(Debug, thiserror::Error)]
@@ -166,9 +166,9 @@ fn authority_with_port(url: &http::Uri) -> String {
 pub async fn start(config: &Config, sockets: Sockets) -> Result<Running, StartError> {
     tls::install_provider();
     let mut reloader = Reloader::new(config.timing.tls_reload_interval);
-    let (local, new_peer) = upstreams(config, &mut reloader)?;
     let mut registry = Registry::default();
     let metrics = Arc::new(Metrics::register(&mut registry));
+    let (local, new_peer) = upstreams(config, &mut reloader, &metrics)?;
     mvproxy_telemetry::export_metrics::register(&mut registry);
     let cache = Cache::new(
         local.clone(),
@@ -215,7 +215,11 @@ pub async fn start(config: &Config, sockets: Sockets) -> Result<Running, StartEr
     );
     let app = Arc::new(App {
         auth,
-        listener: spans::ListenerAttributes::new(listen, &config.server_id),
+        listener: spans::ListenerAttributes::new(
+            listen,
+            &config.server_id,
+            config.proxy_tls.is_some(),
+        ),
         local,
         cache: cache.clone(),
         metrics,
@@ -256,6 +260,7 @@ pub async fn start(config: &Config, sockets: Sockets) -> Result<Running, StartEr
 fn upstreams(
     config: &Config,
     reloader: &mut Reloader,
+    metrics: &Metrics,
 ) -> Result<(Upstream, UpstreamFactory), StartError> {
     let verify = &config.upstream_tls.verify;
     let insecure = verify.is_insecure();
@@ -283,18 +288,32 @@ fn upstreams(
         insecure_skip_verify: insecure,
     };
     let timeout = config.timing.response_header_timeout;
-    let local = Upstream::new(
+    let replays = |upstream| ReplayCounters {
+        http1: metrics.replays(upstream, values::HTTP1),
+        http2: metrics.replays(upstream, values::HTTP2),
+    };
+    let local = Upstream::with_replays(
         config.server_id.clone(),
         config.local.clone(),
         &local_settings,
         timeout,
+        replays(values::UPSTREAM_LOCAL),
     )
     .map_err(|source| StartError::Upstream {
         name: config.local.to_string(),
         source,
     })?;
+    // Every peer's pools count into the same two series: the label is local or peer, not
+    // the peer's name (peers come and go).
+    let peer_replays = replays(values::UPSTREAM_PEER);
     let new_peer: UpstreamFactory = Box::new(move |name, url| {
-        Upstream::new(name.clone(), url.clone(), &peer_settings, timeout)
+        Upstream::with_replays(
+            name.clone(),
+            url.clone(),
+            &peer_settings,
+            timeout,
+            peer_replays.clone(),
+        )
     });
     Ok((local, new_peer))
 }

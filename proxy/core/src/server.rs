@@ -67,6 +67,23 @@ pub(crate) struct App {
     pub openapi: crate::openapi::OpenApi,
 }
 
+/// A client connection as its requests see it: who the client is, and where it connects from
+/// (the server span's `client.address`; `None` for a test's request without a socket).
+#[derive(Debug)]
+pub(crate) struct ClientConn {
+    pub identity: ClientIdentity,
+    pub remote: Option<SocketAddr>,
+}
+
+impl From<ClientIdentity> for ClientConn {
+    fn from(identity: ClientIdentity) -> Self {
+        Self {
+            identity,
+            remote: None,
+        }
+    }
+}
+
 /// Handles one request from a client with `identity`: classify → look up and decide →
 /// forward → record. A request for a GVR in the skew is also recorded with its client
 /// ([`SkewClients::observe`], once identity headers are settled).
@@ -75,7 +92,7 @@ pub(crate) struct App {
 /// [`Incoming`](hyper::body::Incoming), a test any body.
 pub(crate) async fn handle<B>(
     app: Arc<App>,
-    identity: Arc<ClientIdentity>,
+    conn: Arc<ClientConn>,
     mut req: Request<B>,
 ) -> Response<Body>
 where
@@ -90,7 +107,18 @@ where
 
     // 1. classify
     let info = classify(&method, path, uri.query());
-    let span = spans::server(&method, req.uri(), &info, &app.listener, req.headers());
+    let arrival = spans::Arrival {
+        version: req.version(),
+        client: conn.remote,
+    };
+    let span = spans::server(
+        &method,
+        req.uri(),
+        &info,
+        &app.listener,
+        req.headers(),
+        arrival,
+    );
 
     // 2. look up and decide
     let snap = app.cache.load();
@@ -105,7 +133,7 @@ where
     }
 
     // 3. forward, or answer
-    app.auth.apply(&identity, req.headers_mut());
+    app.auth.apply(&conn.identity, req.headers_mut());
     let requester = app
         .skew_clients
         .observe(&snap, &info, &route, req.headers());
@@ -278,7 +306,8 @@ where
     Rb: http_body::Body<Data = Bytes> + Send + Sync + 'static,
     Rb::Error: Into<BoxError>,
 {
-    let client = spans::client(server_span, req.method(), info, &up.base, peer);
+    let pq = req.uri().path_and_query().map_or("/", |pq| pq.as_str());
+    let client = spans::client(server_span, req.method(), info, &up.base, pq, peer);
     client.inject(req.headers_mut());
     let result = up.try_forward(req, peer.is_some()).await;
     match &result {
@@ -286,18 +315,25 @@ where
         Err(f) => spans::failed(&client, &f.error),
     }
     client.end();
-    result.map(|resp| end_watches_cleanly(info, resp))
+    result.map(|resp| end_watches_cleanly(info, resp, server_span))
 }
 
 /// A watch's body ends, rather than fails, when its upstream breaks between two events
-/// ([`crate::watch_end`]).
-fn end_watches_cleanly(info: &RequestInfo, resp: Response<Body>) -> Response<Body> {
+/// ([`crate::watch_end`]), and has a span of its own that lasts as long as it does.
+fn end_watches_cleanly(
+    info: &RequestInfo,
+    resp: Response<Body>,
+    server_span: &RequestSpan,
+) -> Response<Body> {
     let is_watch = matches!(info, RequestInfo::Resource(r) if r.verb == "watch");
     if !is_watch || resp.status() != StatusCode::OK {
         return resp;
     }
     match Framing::of(resp.headers().get(header::CONTENT_TYPE)) {
-        Some(framing) => resp.map(|body| WatchBody::new(body, framing).boxed()),
+        Some(framing) => {
+            let span = spans::watch(server_span, info);
+            resp.map(|body| WatchBody::new(body, framing).with_span(span).boxed())
+        }
         None => resp,
     }
 }
@@ -513,17 +549,17 @@ pub(crate) const SHUTDOWN_DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 /// One request on a client connection, answered by [`handle`].
 async fn answer(
     app: Arc<App>,
-    identity: Arc<ClientIdentity>,
+    conn: Arc<ClientConn>,
     req: Request<Incoming>,
 ) -> Result<Response<Body>, Infallible> {
-    Ok(handle(app, identity, req).await)
+    Ok(handle(app, conn, req).await)
 }
 
 /// A client connection's service: each request answered by [`handle`] with the connection's
 /// client identity, its future made by `start` ([`answer`] itself, or boxed: see [`serve`]).
 fn connection_service<S, F>(
     app: Arc<App>,
-    identity: ClientIdentity,
+    conn: ClientConn,
     start: S,
 ) -> impl hyper::service::Service<
     Request<Incoming>,
@@ -532,11 +568,11 @@ fn connection_service<S, F>(
     Future = F,
 >
 where
-    S: Fn(Arc<App>, Arc<ClientIdentity>, Request<Incoming>) -> F,
+    S: Fn(Arc<App>, Arc<ClientConn>, Request<Incoming>) -> F,
     F: Future<Output = Result<Response<Body>, Infallible>>,
 {
-    let identity = Arc::new(identity);
-    hyper::service::service_fn(move |req| start(app.clone(), identity.clone(), req))
+    let conn = Arc::new(conn);
+    hyper::service::service_fn(move |req| start(app.clone(), conn.clone(), req))
 }
 
 /// Serves the proxy on `listener` until `shutdown` is cancelled, then drains open connections.
@@ -575,6 +611,10 @@ pub(crate) async fn serve(
                 Some(acceptor) => match crate::tls::accept::accept(&acceptor, stream).await {
                     Ok(s) => {
                         let identity = app.auth.identify(s.get_ref().1.peer_certificates());
+                        let conn = ClientConn {
+                            identity,
+                            remote: Some(remote),
+                        };
                         let h2 = s.get_ref().1.alpn_protocol() == Some(b"h2".as_slice());
                         let io = TokioIo::new(limits::FirstBytesDeadline::new(
                             s,
@@ -589,13 +629,13 @@ pub(crate) async fn serve(
                             // bench/PERF_NOTES.md). HTTP/1.1 keeps it inline: hyper's HTTP/1.1
                             // server holds it in place, and the box would only add an
                             // allocation per request.
-                            let service = connection_service(app, identity, |app, id, req| {
+                            let service = connection_service(app, conn, |app, id, req| {
                                 Box::pin(answer(app, id, req))
                             });
                             let conn = builder.serve_connection_with_upgrades(io, service);
                             watcher.watch(conn.into_owned()).await
                         } else {
-                            let service = connection_service(app, identity, answer);
+                            let service = connection_service(app, conn, answer);
                             let conn = builder.serve_connection_with_upgrades(io, service);
                             watcher.watch(conn.into_owned()).await
                         }
@@ -610,7 +650,11 @@ pub(crate) async fn serve(
                         stream,
                         limits::HEADER_READ_TIMEOUT,
                     ));
-                    let service = connection_service(app, ClientIdentity::Anonymous, answer);
+                    let conn = ClientConn {
+                        identity: ClientIdentity::Anonymous,
+                        remote: Some(remote),
+                    };
+                    let service = connection_service(app, conn, answer);
                     let conn = builder.serve_connection_with_upgrades(io, service);
                     watcher.watch(conn.into_owned()).await
                 }

@@ -12,7 +12,9 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock, PoisonError, RwLock};
 
-use http::{Method, StatusCode, Uri};
+use std::net::SocketAddr;
+
+use http::{Method, StatusCode, Uri, Version};
 use mvproxy_telemetry::metrics::values;
 use mvproxy_telemetry::trace::{KeyValue, RequestSpan, StringValue, Value};
 
@@ -84,16 +86,38 @@ pub(crate) struct ListenerAttributes {
     address: Value,
     port: Value,
     server_id: Value,
+    /// `url.scheme`: `https` when the listener serves TLS.
+    scheme: &'static str,
 }
 
 impl ListenerAttributes {
-    pub(crate) fn new(listen: std::net::SocketAddr, server_id: &ServerName) -> Self {
+    pub(crate) fn new(listen: std::net::SocketAddr, server_id: &ServerName, tls: bool) -> Self {
         Self {
             address: Value::from(StringValue::from(Arc::<str>::from(listen.ip().to_string()))),
             port: Value::I64(i64::from(listen.port())),
             server_id: Value::from(StringValue::from(server_id.shared())),
+            scheme: if tls { "https" } else { "http" },
         }
     }
+}
+
+/// `network.protocol.version` of an HTTP version, as the HTTP conventions write it.
+fn protocol_version(version: Version) -> &'static str {
+    match version {
+        Version::HTTP_09 => "0.9",
+        Version::HTTP_10 => "1.0",
+        Version::HTTP_2 => "2",
+        Version::HTTP_3 => "3",
+        _ => "1.1",
+    }
+}
+
+/// What a request's server span says about it beyond its path: the HTTP version, and the
+/// client's address when it came over a socket (a test's request has none).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Arrival {
+    pub(crate) version: Version,
+    pub(crate) client: Option<SocketAddr>,
 }
 
 /// The `SERVER` span of a request received on `listen`, child of the client's trace context.
@@ -103,23 +127,45 @@ pub(crate) fn server(
     info: &RequestInfo,
     listener: &ListenerAttributes,
     headers: &http::HeaderMap,
+    arrival: Arrival,
 ) -> RequestSpan {
     let span = RequestSpan::server(headers, || span_name(method, info));
     if span.is_recording() {
-        let mut attrs = Vec::with_capacity(10);
+        let mut attrs = Vec::with_capacity(16);
         attrs.extend([
             KeyValue::new("http.request.method", method_value(method)),
             KeyValue::new("url.path", uri.path().to_owned()),
+            KeyValue::new("url.scheme", listener.scheme),
+            KeyValue::new(
+                "network.protocol.version",
+                protocol_version(arrival.version),
+            ),
             KeyValue::new("server.address", listener.address.clone()),
             KeyValue::new("server.port", listener.port.clone()),
             KeyValue::new("mvproxy.server_id", listener.server_id.clone()),
         ]);
+        if let Some(client) = arrival.client {
+            attrs.push(KeyValue::new("client.address", client.ip().to_string()));
+            attrs.push(KeyValue::new("client.port", i64::from(client.port())));
+        }
+        // Not one byte more than the client sent, and only valid text (a header value is
+        // bounded by the listener's header limits).
+        if let Some(agent) = headers
+            .get(http::header::USER_AGENT)
+            .and_then(|v| v.to_str().ok())
+        {
+            attrs.push(KeyValue::new("user_agent.original", agent.to_owned()));
+        }
         // The low-cardinality path template (OpenTelemetry HTTP semantic conventions'
         // `http.route`), the one in the span's name.
         if let Some(route) = info.route_template() {
             attrs.push(KeyValue::new("http.route", route));
         }
         if let RequestInfo::Resource(r) = info {
+            // The Kubernetes verb (get, list, watch, create, …), as kube-apiserver derives it.
+            if !r.verb.is_empty() {
+                attrs.push(KeyValue::new("k8s.api.verb", r.verb));
+            }
             attrs.push(KeyValue::new("k8s.api.group", r.gvr.group.clone()));
             attrs.push(KeyValue::new("k8s.api.version", r.gvr.version.clone()));
             attrs.push(KeyValue::new("k8s.api.resource", r.gvr.resource.clone()));
@@ -152,13 +198,23 @@ pub(crate) fn client(
     method: &Method,
     info: &RequestInfo,
     upstream: &Uri,
+    path_and_query: &str,
     peer: Option<&ServerName>,
 ) -> RequestSpan {
     let span = server.client(|| span_name(method, info));
     if span.is_recording() {
-        let mut attrs = Vec::with_capacity(4);
+        let mut attrs = Vec::with_capacity(5);
         attrs.extend([
             KeyValue::new("http.request.method", method_value(method)),
+            // The upstream's base (`scheme://authority`, no path) and the request's path
+            // and query as sent.
+            KeyValue::new(
+                "url.full",
+                format!(
+                    "{}{path_and_query}",
+                    upstream.to_string().trim_end_matches('/')
+                ),
+            ),
             KeyValue::new(
                 "server.address",
                 upstream.host().unwrap_or_default().to_owned(),
@@ -171,6 +227,19 @@ pub(crate) fn client(
         span.set_attributes(attrs);
     }
     span
+}
+
+/// The span of a watch's stream, child of its server span: from the response headers to the
+/// watch's end, named `watch {route}` (`crate::watch_end` sets the events relayed and why it
+/// ended). Empty unless the server span records.
+pub(crate) fn watch(server: &RequestSpan, info: &RequestInfo) -> RequestSpan {
+    if !server.is_recording() {
+        return RequestSpan::none();
+    }
+    server.internal(|| match info.route_template() {
+        Some(route) => Cow::Owned(format!("watch {route}")),
+        None => Cow::Borrowed("watch"),
+    })
 }
 
 /// Records a response on a span; `error_from` is the lowest status that marks it failed

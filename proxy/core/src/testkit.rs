@@ -146,6 +146,7 @@ impl Harness {
             listener: crate::spans::ListenerAttributes::new(
                 "127.0.0.1:6443".parse().expect("addr"),
                 &"apiserver-a".into(),
+                false,
             ),
             local,
             cache,
@@ -214,6 +215,15 @@ pub(crate) fn tls_upstream(
     url: &http::Uri,
     ca: rustls::pki_types::CertificateDer<'static>,
 ) -> Upstream {
+    tls_upstream_counted(url, ca, crate::upstream::ReplayCounters::default())
+}
+
+/// [`tls_upstream`], counting its replays in `replays`.
+pub(crate) fn tls_upstream_counted(
+    url: &http::Uri,
+    ca: rustls::pki_types::CertificateDer<'static>,
+    replays: crate::upstream::ReplayCounters,
+) -> Upstream {
     let mut roots = rustls::RootCertStore::empty();
     roots.add(ca).unwrap();
     let tls = rustls::ClientConfig::builder()
@@ -225,5 +235,12 @@ pub(crate) fn tls_upstream(
         connect_timeout: Duration::from_secs(5),
         insecure_skip_verify: false,
     };
-    Upstream::new("up".into(), url.clone(), &settings, Duration::from_secs(10)).unwrap()
+    Upstream::with_replays(
+        "up".into(),
+        url.clone(),
+        &settings,
+        Duration::from_secs(10),
+        replays,
+    )
+    .unwrap()
 }

@@ -35,6 +35,7 @@ use http_body_util::{BodyExt, Limited};
 use hyper_rustls::{FixedServerNameResolver, HttpsConnectorBuilder};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::connect::dns::GaiResolver;
+use prometheus_client::metrics::counter::Counter;
 
 use crate::error::{ProxyError, TransportFailure};
 use crate::limits::{BodyTooLarge, ClientBodyFailed};
@@ -116,6 +117,16 @@ pub struct ClientSettings {
     pub insecure_skip_verify: bool,
 }
 
+/// Where an upstream's pools count the requests they send a second time
+/// (`mvproxy_upstream_replays_total`, one counter per protocol).
+#[derive(Clone, Debug, Default)]
+pub struct ReplayCounters {
+    /// Replays over HTTP/1.1.
+    pub http1: Counter,
+    /// Replays over HTTP/2.
+    pub http2: Counter,
+}
+
 /// One upstream: its name, its base URL and pooled connections: HTTP/2 when an `https`
 /// upstream offers it (`crate::upstream::h2pool`), HTTP/1.1 otherwise and for upgrades
 /// (`crate::upstream::h1pool`, connections driven by the request that uses them).
@@ -163,12 +174,29 @@ pub(crate) fn discovery_identity(headers: &mut HeaderMap) {
 }
 
 impl Upstream {
-    /// An upstream with its own connection pool.
+    /// An upstream with its own connection pool, its replays counted nowhere.
     pub fn new(
         name: ServerName,
         base: Uri,
         settings: &ClientSettings,
         response_header_timeout: Duration,
+    ) -> Result<Self, UpstreamError> {
+        Self::with_replays(
+            name,
+            base,
+            settings,
+            response_header_timeout,
+            ReplayCounters::default(),
+        )
+    }
+
+    /// An upstream with its own connection pool, counting its replays in `replays`.
+    pub fn with_replays(
+        name: ServerName,
+        base: Uri,
+        settings: &ClientSettings,
+        response_header_timeout: Duration,
+        replays: ReplayCounters,
     ) -> Result<Self, UpstreamError> {
         let mut http = HttpConnector::new_with_resolver(Resolver(GaiResolver::new()));
         http.enforce_http(false);
@@ -214,6 +242,7 @@ impl Upstream {
             // ALPN offers h2 then http/1.1; the server chooses.
             Some(Arc::new(H2Pool::new(
                 builder.enable_all_versions().wrap_connector(http),
+                replays.http2,
             )))
         } else {
             None
@@ -225,7 +254,7 @@ impl Upstream {
             name,
             base,
             host,
-            h1: H1Pool::new(connector),
+            h1: H1Pool::new(connector, replays.http1),
             h2,
             response_header_timeout,
             insecure_skip_verify,

@@ -20,6 +20,11 @@
 //!   `NewLengthDelimitedFrameWriter`).
 //!
 //! Any other framing (CBOR sequences, YAML) keeps the error as it is.
+//!
+//! The same boundaries count the events relayed, for the watch's span
+//! ([`WatchBody::with_span`]): it lasts as long as the watch and says how many events went
+//! through and why the watch ended. The server span ends with the response headers, as the
+//! request-latency metric does, so a watch of minutes does not read as a slow request.
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -27,6 +32,7 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use http::HeaderValue;
 use http_body::{Body as HttpBody, Frame, SizeHint};
+use mvproxy_telemetry::trace::{KeyValue, RequestSpan};
 
 /// How a watch's events are delimited in its body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,6 +68,11 @@ struct Boundary {
     header_len: usize,
     /// Protobuf: bytes of the current event still to come.
     remaining: u64,
+    /// Whether to count events (only for a sampled watch span: counting reads every byte of
+    /// a JSON watch).
+    counting: bool,
+    /// Events whole so far (when `counting`).
+    events: u64,
 }
 
 impl Boundary {
@@ -72,6 +83,8 @@ impl Boundary {
             header: [0; 4],
             header_len: 0,
             remaining: 0,
+            counting: false,
+            events: 0,
         }
     }
 
@@ -80,6 +93,9 @@ impl Boundary {
             Framing::JsonLines => {
                 if let Some(last) = data.last() {
                     self.after_newline = *last == b'\n';
+                }
+                if self.counting {
+                    self.events += data.iter().filter(|&&b| b == b'\n').count() as u64;
                 }
             }
             Framing::LengthPrefixed => {
@@ -91,6 +107,9 @@ impl Boundary {
                         // `take` ≤ data.len(), which fits in u64
                         self.remaining -= take as u64;
                         data = &data[take..];
+                        if self.remaining == 0 {
+                            self.events += 1;
+                        }
                     } else {
                         self.header[self.header_len] = data[0];
                         self.header_len += 1;
@@ -98,6 +117,9 @@ impl Boundary {
                         if self.header_len == 4 {
                             self.remaining = u64::from(u32::from_be_bytes(self.header));
                             self.header_len = 0;
+                            if self.remaining == 0 {
+                                self.events += 1;
+                            }
                         }
                     }
                 }
@@ -119,7 +141,17 @@ pub(crate) struct WatchBody<B> {
     inner: B,
     boundary: Boundary,
     ended: bool,
+    /// The watch's span, ended with the watch ([`WatchBody::with_span`]).
+    span: RequestSpan,
 }
+
+/// `mvproxy.watch.end`: the upstream ended the watch (its timeout, or it closed the stream).
+pub(crate) const END_UPSTREAM_CLOSED: &str = "upstream_closed";
+/// The upstream's stream broke (ended cleanly for the client between two events, or passed
+/// on as an error inside one).
+pub(crate) const END_UPSTREAM_BROKE: &str = "upstream_broke";
+/// The client went away (or mvproxy shut down) first.
+pub(crate) const END_CLIENT_GONE: &str = "client_gone";
 
 impl<B> WatchBody<B> {
     pub(crate) fn new(inner: B, framing: Framing) -> Self {
@@ -127,6 +159,37 @@ impl<B> WatchBody<B> {
             inner,
             boundary: Boundary::new(framing),
             ended: false,
+            span: RequestSpan::none(),
+        }
+    }
+
+    /// Ends `span` when the watch ends, with `mvproxy.watch.events` (events relayed) and
+    /// `mvproxy.watch.end` (why). Events are counted only when the span records.
+    pub(crate) fn with_span(mut self, span: RequestSpan) -> Self {
+        self.boundary.counting = span.is_recording();
+        self.span = span;
+        self
+    }
+
+    fn end_span(&mut self, why: &'static str) {
+        if self.span.is_recording() {
+            self.span.set_attributes([
+                KeyValue::new(
+                    "mvproxy.watch.events",
+                    i64::try_from(self.boundary.events).unwrap_or(i64::MAX),
+                ),
+                KeyValue::new("mvproxy.watch.end", why),
+            ]);
+        }
+        self.span.end();
+    }
+}
+
+impl<B> Drop for WatchBody<B> {
+    fn drop(&mut self) {
+        // A span already ended ignores this.
+        if self.span.is_recording() {
+            self.end_span(END_CLIENT_GONE);
         }
     }
 }
@@ -156,9 +219,18 @@ where
             Poll::Ready(Some(Err(e))) if self.boundary.at_event_boundary() => {
                 tracing::info!(error = %e, "a watch's upstream stream broke between two events: ended for the client, which resumes from its last resourceVersion");
                 self.ended = true;
+                self.end_span(END_UPSTREAM_BROKE);
                 Poll::Ready(None)
             }
-            other => other,
+            Poll::Ready(Some(Err(e))) => {
+                self.end_span(END_UPSTREAM_BROKE);
+                Poll::Ready(Some(Err(e)))
+            }
+            Poll::Ready(None) => {
+                self.end_span(END_UPSTREAM_CLOSED);
+                Poll::Ready(None)
+            }
+            Poll::Pending => Poll::Pending,
         }
     }
 
@@ -252,6 +324,37 @@ mod tests {
         // an empty event is whole
         let empty: &[&'static [u8]] = &[b"\x00\x00\x00\x00"];
         assert!(client_gets(empty, Framing::LengthPrefixed).await.1);
+    }
+
+    /// What a watch's span reports as events relayed: whole events, in either framing,
+    /// however the chunks cut them.
+    #[test]
+    fn whole_events_are_counted_across_chunks() {
+        let mut json = Boundary::new(Framing::JsonLines);
+        json.counting = true;
+        for chunk in [
+            &b"{\"type\":\"ADDED\"}\n{\"ty"[..],
+            b"pe\":\"MODIFIED\"}",
+            b"\n",
+        ] {
+            json.feed(chunk);
+        }
+        assert_eq!(json.events, 2);
+        let mut proto = Boundary::new(Framing::LengthPrefixed);
+        proto.counting = true;
+        // events of 3 and 0 bytes, then half of one of 2
+        for chunk in [
+            &[0, 0, 0][..],
+            &[3, b'a', b'b'],
+            &[b'c', 0, 0, 0, 0],
+            &[0, 0, 0, 2, b'x'],
+        ] {
+            proto.feed(chunk);
+        }
+        assert_eq!(proto.events, 2);
+        let mut off = Boundary::new(Framing::JsonLines);
+        off.feed(b"{}\n{}\n");
+        assert_eq!(off.events, 0, "not counted without a recording span");
     }
 
     #[test]

@@ -180,3 +180,59 @@ fn a_peer_that_leaves_takes_every_series_labelled_with_it() {
         assert!(text.contains(line), "missing {line:?} in\n{text}");
     }
 }
+
+#[test]
+fn every_family_is_declared_at_the_first_scrape_before_any_series() {
+    let mut registry = Registry::default();
+    let _m = Metrics::register(&mut registry);
+    crate::export_metrics::register(&mut registry);
+    for openmetrics in [false, true] {
+        let (text, _) = encode(&registry, openmetrics).unwrap();
+        // OpenMetrics names a counter's family without `_total`.
+        let counter = |name: &str| {
+            if openmetrics {
+                name.trim_end_matches("_total").to_owned()
+            } else {
+                name.to_owned()
+            }
+        };
+        for (name, ty) in [
+            ("mvproxy_requests_total", "counter"),
+            ("mvproxy_request_duration_seconds", "histogram"),
+            (
+                "mvproxy_discovery_cache_lookup_duration_seconds",
+                "histogram",
+            ),
+            ("mvproxy_peer_proxy_errors_total", "counter"),
+            ("mvproxy_skew_requests_total", "counter"),
+            ("mvproxy_rerouted_request_total", "counter"),
+            ("mvproxy_peer_up", "gauge"),
+            ("mvproxy_peer_discovery_fetch_duration_seconds", "histogram"),
+            ("mvproxy_discovery_resources", "gauge"),
+            ("mvproxy_target_missing_requests_total", "counter"),
+            ("mvproxy_target_info", "gauge"),
+            ("mvproxy_deprecated_requests_total", "counter"),
+            ("mvproxy_upstream_replays_total", "counter"),
+            ("mvproxy_spans_dropped_total", "counter"),
+        ] {
+            let name = if ty == "counter" {
+                counter(name)
+            } else {
+                name.to_owned()
+            };
+            for line in [format!("# HELP {name} "), format!("# TYPE {name} {ty}\n")] {
+                assert!(
+                    text.contains(&line),
+                    "missing {line:?} (openmetrics: {openmetrics}) in\n{text}"
+                );
+            }
+        }
+    }
+    let (text, _) = encode(&registry, false).unwrap();
+    for line in [
+        "mvproxy_upstream_replays_total{upstream=\"local\",protocol=\"http1\"} 0",
+        "mvproxy_upstream_replays_total{upstream=\"peer\",protocol=\"http2\"} 0",
+    ] {
+        assert!(text.contains(line), "missing {line:?} in\n{text}");
+    }
+}

@@ -58,6 +58,7 @@ use hyper::body::Incoming;
 use hyper::client::conn::http1;
 use hyper_rustls::MaybeHttpsStream;
 use hyper_util::rt::TokioIo;
+use prometheus_client::metrics::counter::Counter;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tower_service::Service;
@@ -85,6 +86,8 @@ struct ReadFlaggingIo {
 pub(crate) struct H1Pool {
     connector: Connector,
     idle: Mutex<Idle>,
+    /// `mvproxy_upstream_replays_total{protocol="http1"}` of this upstream.
+    replays: Counter,
 }
 
 #[derive(Default)]
@@ -154,9 +157,10 @@ impl std::fmt::Debug for H1Pool {
 }
 
 impl H1Pool {
-    pub(crate) fn new(connector: Connector) -> Arc<Self> {
+    pub(crate) fn new(connector: Connector, replays: Counter) -> Arc<Self> {
         Arc::new(Self {
             connector,
+            replays,
             idle: Mutex::new(Idle::default()),
         })
     }
@@ -265,6 +269,7 @@ impl H1Pool {
                 tracing::debug!(error = %e, "reused upstream connection closed before answering; sending the request once more on a new one");
                 req = head.map(|()| empty());
                 replayed = true;
+                self.replays.inc();
                 continue;
             }
             return Err(e.into());

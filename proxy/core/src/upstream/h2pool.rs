@@ -61,6 +61,7 @@ use hyper::body::Incoming;
 use hyper::client::conn::http2;
 use hyper_util::client::legacy::connect::Connection;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
+use prometheus_client::metrics::counter::Counter;
 use tokio::sync::watch;
 use tower_service::Service;
 
@@ -80,6 +81,8 @@ pub(crate) struct H2Pool {
     conns: std::sync::Mutex<Conns>,
     /// The upstream's handshake chose HTTP/1.1.
     no_h2: AtomicBool,
+    /// `mvproxy_upstream_replays_total{protocol="http2"}` of this upstream.
+    replays: Counter,
 }
 
 #[derive(Default)]
@@ -153,9 +156,10 @@ impl std::fmt::Debug for H2Pool {
 
 impl H2Pool {
     /// `connector` must offer `h2` by ALPN.
-    pub(crate) fn new(connector: Connector) -> Self {
+    pub(crate) fn new(connector: Connector, replays: Counter) -> Self {
         Self {
             connector,
+            replays,
             conns: std::sync::Mutex::new(Conns::default()),
             no_h2: AtomicBool::new(false),
         }
@@ -331,6 +335,9 @@ impl H2Pool {
             };
             req = again;
             replayed |= replay;
+            if replay {
+                self.replays.inc();
+            }
         }
     }
 }

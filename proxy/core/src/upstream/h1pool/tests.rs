@@ -5,7 +5,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
 use super::*;
-use crate::upstream::{ClientSettings, Upstream};
+use crate::upstream::{ClientSettings, ReplayCounters, Upstream};
 
 /// A plain HTTP/1.1 upstream on loopback that counts connections opened and closed by the
 /// client and records each request line. `/close` is answered and then the connection
@@ -157,13 +157,25 @@ where
 }
 
 fn upstream(url: &Uri) -> Upstream {
+    counted(url, &ReplayCounters::default())
+}
+
+/// An upstream whose replays count in `replays`.
+fn counted(url: &Uri, replays: &ReplayCounters) -> Upstream {
     let settings = ClientSettings {
         tls: None,
         server_name: None,
         connect_timeout: Duration::from_secs(5),
         insecure_skip_verify: false,
     };
-    Upstream::new("up".into(), url.clone(), &settings, Duration::from_secs(10)).unwrap()
+    Upstream::with_replays(
+        "up".into(),
+        url.clone(),
+        &settings,
+        Duration::from_secs(10),
+        replays.clone(),
+    )
+    .unwrap()
 }
 
 async fn ok(up: &Upstream, path: &str) {
@@ -251,7 +263,8 @@ fn seen(server: &Server, line: &str) -> usize {
 #[tokio::test]
 async fn a_get_whose_reused_connection_closes_unanswered_is_answered_on_a_new_one() {
     let server = server().await;
-    let up = upstream(&server.url);
+    let replays = ReplayCounters::default();
+    let up = counted(&server.url, &replays);
     ok(&up, "/then-drop").await;
     assert_eq!(up.http1_idle_connections(), 1);
 
@@ -261,6 +274,8 @@ async fn a_get_whose_reused_connection_closes_unanswered_is_answered_on_a_new_on
     assert_eq!(seen(&server, "GET /keep HTTP/1.1"), 2);
     assert_eq!(server.opened.load(Ordering::SeqCst), 2);
     assert_eq!(up.http1_idle_connections(), 1);
+    // counted as one HTTP/1.1 replay (mvproxy_upstream_replays_total)
+    assert_eq!((replays.http1.get(), replays.http2.get()), (1, 0));
     server.task.abort();
 }
 
@@ -299,7 +314,8 @@ async fn over_tls_a_close_notify_is_no_answer_and_the_get_is_sent_again() {
 #[tokio::test]
 async fn a_post_whose_reused_connection_closes_unanswered_is_not_sent_twice() {
     let server = server().await;
-    let up = upstream(&server.url);
+    let replays = ReplayCounters::default();
+    let up = counted(&server.url, &replays);
     ok(&up, "/then-drop").await;
     assert_eq!(up.http1_idle_connections(), 1);
 
@@ -319,6 +335,7 @@ async fn a_post_whose_reused_connection_closes_unanswered_is_not_sent_twice() {
         1
     );
     assert_eq!(server.opened.load(Ordering::SeqCst), 1);
+    assert_eq!(replays.http1.get(), 0, "no replay counted");
     server.task.abort();
 }
 

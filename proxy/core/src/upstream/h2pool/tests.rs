@@ -332,7 +332,8 @@ async fn a_refused_get_is_answered_on_a_new_connection_and_the_old_ones_streams_
         vec![Act::Answer, Act::Answer],
     ])
     .await;
-    let up = upstream(&server);
+    let replays = crate::upstream::ReplayCounters::default();
+    let up = crate::testkit::tls_upstream_counted(&server.url, server.ca.clone(), replays.clone());
     let watch = up
         .open("/api/v1/pods?watch=1", HeaderMap::new())
         .await
@@ -342,6 +343,8 @@ async fn a_refused_get_is_answered_on_a_new_connection_and_the_old_ones_streams_
     ok(&up, "/api/v1/pods").await;
     ok(&up, "/api/v1/pods").await;
     assert_eq!(streams(&server), [vec![1, 3], vec![1, 3]]);
+    // counted as one HTTP/2 replay (mvproxy_upstream_replays_total)
+    assert_eq!((replays.http1.get(), replays.http2.get()), (0, 1));
     // the watch on the connection taken out of the pool still gets its events
     server.release.send_replace(true);
     let body = up.collect("/watch", watch.into_body(), 1024).await.unwrap();
