@@ -176,6 +176,20 @@ def open_loop(port, proto, duration, rate, work):
     return n, lat[len(lat) // 2], lat[min(len(lat) - 1, len(lat) * 99 // 100)]
 
 
+def system_user(pids):
+    """The system and user CPU seconds of `pids` (fields 15 and 14 of /proc/PID/stat)."""
+    system = user = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            user += int(fields[11])
+            system += int(fields[12])
+        except OSError:
+            pass
+    return system / lt.TICK, user / lt.TICK
+
+
 def med(values):
     return statistics.median(values) if values else float("nan")
 
@@ -268,9 +282,9 @@ def main():
                                              "-g", "-o", data, "-p", ",".join(map(str, proxy))],
                                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                     time.sleep(0.5)
-                c0, u0 = lt.cpu_seconds(proxy), lt.cpu_seconds(up)
+                c0, u0, (s0, _) = lt.cpu_seconds(proxy), lt.cpu_seconds(up), system_user(proxy)
                 n = closed(port, proto, duration, connections, streams)
-                c1, u1 = lt.cpu_seconds(proxy), lt.cpu_seconds(up)
+                c1, u1, (s1, _) = lt.cpu_seconds(proxy), lt.cpu_seconds(up), system_user(proxy)
                 if perf:
                     perf.send_signal(2)
                     perf.wait()
@@ -281,10 +295,10 @@ def main():
                     print(f"  profile of {name}: {data}", flush=True)
                 m, p50, p99 = open_loop(port, proto, duration, rate, work)
                 c2 = lt.cpu_seconds(proxy)
-                r = {"cpu": (c1 - c0) / n * 1e6, "up": (u1 - u0) / n * 1e6, "rps": n / float(duration.rstrip("s")),
+                r = {"cpu": (c1 - c0) / n * 1e6, "sys": (s1 - s0) / n * 1e6, "up": (u1 - u0) / n * 1e6, "rps": n / float(duration.rstrip("s")),
                      "cpu_rate": (c2 - c1) / m * 1e6, "p50": p50, "p99": p99, "rss": lt.rss_mb(proxy)}
                 results[(name, proto)].append(r)
-                print(f"  [{rep + 1}] {name:14} {proto}  {r['cpu']:5.1f} µs/req closed (upstream {r['up']:4.1f}), "
+                print(f"  [{rep + 1}] {name:14} {proto}  {r['cpu']:5.1f} µs/req closed (system {r['sys']:4.1f}, upstream {r['up']:4.1f}), "
                       f"{r['rps']:6.0f} req/s, {r['cpu_rate']:5.1f} µs/req at {rate}/s, p50 {p50:5.0f} µs, "
                       f"p99 {p99:6.0f} µs", flush=True)
         table = render(results, ports, reps, duration, rate, connections, streams)
@@ -312,10 +326,11 @@ def render(results, ports, reps, duration, rate, connections, streams):
         f"{f' ({streams} streams each)' if streams > 1 else ''}; open loop: {rate} req/s. "
         f"GET {lt.PATH} (2 KB PodList) from an nginx serving HTTP/2 over TLS.",
         "",
-        "| configuration | client | CPU per request, closed loop | vs HAProxy | upstream's CPU per request | "
+        "| configuration | client | CPU per request, closed loop | of which system | vs HAProxy | "
+        "upstream's CPU per request | "
         f"throughput | CPU per request at {rate} req/s | vs HAProxy | added p50 at {rate} req/s | "
         f"added p99 | RSS |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for name in ports:
         for proto in ("h2", "h1"):
@@ -333,14 +348,15 @@ def render(results, ports, reps, duration, rate, connections, streams):
             def added(key):
                 return rng([a[key] - b[key] for a, b in zip(v, base)], "{:+.0f}") + " µs"
             if name == "upstream":
-                rows.append(f"| upstream alone (nginx, HTTP/2 over TLS) | {client} | {rng(vals('cpu'), '{:.1f}')} µs | — "
-                            f"| — | {rng(vals('rps'), '{:.0f}')} req/s | {rng(vals('cpu_rate'), '{:.1f}')} µs | — | "
+                rows.append(f"| upstream alone (nginx, HTTP/2 over TLS) | {client} | {rng(vals('cpu'), '{:.1f}')} µs | "
+                            f"{rng(vals('sys'), '{:.1f}')} µs | — | — | {rng(vals('rps'), '{:.0f}')} req/s | {rng(vals('cpu_rate'), '{:.1f}')} µs | — | "
                             f"p50 {rng(vals('p50'), '{:.0f}')} µs (absolute) | p99 {rng(vals('p99'), '{:.0f}')} µs "
                             f"(absolute) | {med(vals('rss')):.1f} MB |")
                 continue
             label = {"haproxy": "HAProxy (1 thread), `proto h2` over TLS out",
                      "nginx": "nginx (1 worker), HTTP/1.1 over TLS out"}.get(name, f"{name}, HTTP/2 over TLS out")
-            rows.append(f"| {label} | {client} | {rng(vals('cpu'), '{:.1f}')} µs | {ratio('cpu')} | "
+            rows.append(f"| {label} | {client} | {rng(vals('cpu'), '{:.1f}')} µs | "
+                        f"{rng(vals('sys'), '{:.1f}')} µs | {ratio('cpu')} | "
                         f"{rng(vals('up'), '{:.1f}')} µs | {rng(vals('rps'), '{:.0f}')} req/s | "
                         f"{rng(vals('cpu_rate'), '{:.1f}')} µs | {ratio('cpu_rate')} | {added('p50')} | "
                         f"{added('p99')} | {med(vals('rss')):.1f} MB |")
