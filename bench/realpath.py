@@ -31,7 +31,7 @@ odd repeats), measured with each client protocol:
   minus the upstream's own (the upstream measured straight, over the same client protocol, in
   the same repeat). h2load sends on a timer but measures from when a request leaves, so a
   stall that holds back later requests is not charged to them: at 2000 req/s, a tenth of what
-  every proxy here serves, that is rare.
+  every proxy here serves on a quiet machine, that is rare.
 
 Ratios are to HAProxy over the same client protocol in the same repeat; the table gives the
 median and the spread (min–max) over REPEATS (default 3) repeats of DURATION (default 3s).
@@ -48,7 +48,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import loadtest as lt  # noqa: E402
@@ -324,7 +323,9 @@ def render(results, ports, reps, duration, rate, connections, streams):
         f"{lt.LOAD_CORE}. Medians (min–max) over {reps} repeat(s) of {duration}; ratios to HAProxy over the "
         f"same client protocol in the same repeat. Closed loop: {connections} connections"
         f"{f' ({streams} streams each)' if streams > 1 else ''}; open loop: {rate} req/s. "
-        f"GET {lt.PATH} (2 KB PodList) from an nginx serving HTTP/2 over TLS.",
+        f"GET {lt.PATH} (2 KB PodList) from an nginx serving HTTP/2 over TLS. Load average at the end: "
+        f"{os.getloadavg()[0]:.1f} (1 min), {os.getloadavg()[1]:.1f} (5 min); above about 1.5 other processes "
+        f"share the cores, and the latency columns measure them more than the proxies.",
         "",
         "| configuration | client | CPU per request, closed loop | of which system | vs HAProxy | "
         "upstream's CPU per request | "
