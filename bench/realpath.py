@@ -25,7 +25,8 @@ odd repeats), measured with each client protocol:
 * CPU per request: the proxy's own CPU time (utime + stime from /proc) over a closed-loop run
   (h2load, CONNECTIONS connections, default 32, each with STREAMS HTTP/2 streams, default 1, or
   HTTP/1.1 keep-alive), divided by the requests completed; the upstream's CPU per request in
-  the same run is given too (it is served HTTP/1.1 by nginx, HTTP/2 by the others);
+  the same run is given too (it is served HTTP/1.1 by nginx, HTTP/2 by the others), and the
+  proxy's system calls and context switches per request (`perf stat`, when perf is there);
 * at a fixed RATE (default 2000 req/s; h2load `--rps` from 4 connections of up to 4 streams, or
   16 HTTP/1.1 connections): CPU per request, and p50/p99 of h2load's per-request latencies
   minus the upstream's own (the upstream measured straight, over the same client protocol, in
@@ -175,6 +176,32 @@ def open_loop(port, proto, duration, rate, work):
     return n, lat[len(lat) // 2], lat[min(len(lat) - 1, len(lat) * 99 // 100)]
 
 
+def counted(pids, run):
+    """Runs `run()` under `perf stat` counting the system calls and context switches of `pids`
+    (software events: they hold on a VM without hardware counters, and unlike CPU time they do
+    not move with the machine's load); `None`s without perf."""
+    if not shutil.which("perf"):
+        return run(), None, None
+    out = tempfile.mktemp(prefix="realpath-stat-")
+    stat = subprocess.Popen(["perf", "stat", "-x,", "-e", "raw_syscalls:sys_enter,context-switches", "-p",
+                             ",".join(map(str, pids)), "-o", out], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    time.sleep(0.2)
+    result = run()
+    stat.send_signal(2)
+    stat.wait()
+    counts = {}
+    try:
+        for line in open(out):
+            parts = line.strip().split(",")
+            if len(parts) > 3 and parts[0].replace(".", "").isdigit():
+                counts[parts[2]] = float(parts[0])
+        os.unlink(out)
+    except OSError:
+        pass
+    return result, counts.get("raw_syscalls:sys_enter"), counts.get("context-switches")
+
+
 def system_user(pids):
     """The system and user CPU seconds of `pids` (fields 15 and 14 of /proc/PID/stat)."""
     system = user = 0
@@ -282,7 +309,7 @@ def main():
                                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                     time.sleep(0.5)
                 c0, u0, (s0, _) = lt.cpu_seconds(proxy), lt.cpu_seconds(up), system_user(proxy)
-                n = closed(port, proto, duration, connections, streams)
+                n, calls, switches = counted(proxy, lambda: closed(port, proto, duration, connections, streams))
                 c1, u1, (s1, _) = lt.cpu_seconds(proxy), lt.cpu_seconds(up), system_user(proxy)
                 if perf:
                     perf.send_signal(2)
@@ -295,10 +322,13 @@ def main():
                 m, p50, p99 = open_loop(port, proto, duration, rate, work)
                 c2 = lt.cpu_seconds(proxy)
                 r = {"cpu": (c1 - c0) / n * 1e6, "sys": (s1 - s0) / n * 1e6, "up": (u1 - u0) / n * 1e6, "rps": n / float(duration.rstrip("s")),
-                     "cpu_rate": (c2 - c1) / m * 1e6, "p50": p50, "p99": p99, "rss": lt.rss_mb(proxy)}
+                     "cpu_rate": (c2 - c1) / m * 1e6,
+                     "syscalls": calls / n if calls is not None else float("nan"),
+                     "switches": switches / n if switches is not None else float("nan"), "p50": p50, "p99": p99, "rss": lt.rss_mb(proxy)}
                 results[(name, proto)].append(r)
                 print(f"  [{rep + 1}] {name:14} {proto}  {r['cpu']:5.1f} µs/req closed (system {r['sys']:4.1f}, upstream {r['up']:4.1f}), "
-                      f"{r['rps']:6.0f} req/s, {r['cpu_rate']:5.1f} µs/req at {rate}/s, p50 {p50:5.0f} µs, "
+                      f"{r['rps']:6.0f} req/s, {r['syscalls']:4.2f} syscalls/req, "
+                      f"{r['switches']:4.2f} switches/req, {r['cpu_rate']:5.1f} µs/req at {rate}/s, p50 {p50:5.0f} µs, "
                       f"p99 {p99:6.0f} µs", flush=True)
         table = render(results, ports, reps, duration, rate, connections, streams)
         print()
@@ -328,10 +358,10 @@ def render(results, ports, reps, duration, rate, connections, streams):
         f"share the cores, and the latency columns measure them more than the proxies.",
         "",
         "| configuration | client | CPU per request, closed loop | of which system | vs HAProxy | "
-        "upstream's CPU per request | "
+        "upstream's CPU per request | system calls per request | context switches per request | "
         f"throughput | CPU per request at {rate} req/s | vs HAProxy | added p50 at {rate} req/s | "
         f"added p99 | RSS |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for name in ports:
         for proto in ("h2", "h1"):
@@ -350,7 +380,8 @@ def render(results, ports, reps, duration, rate, connections, streams):
                 return rng([a[key] - b[key] for a, b in zip(v, base)], "{:+.0f}") + " µs"
             if name == "upstream":
                 rows.append(f"| upstream alone (nginx, HTTP/2 over TLS) | {client} | {rng(vals('cpu'), '{:.1f}')} µs | "
-                            f"{rng(vals('sys'), '{:.1f}')} µs | — | — | {rng(vals('rps'), '{:.0f}')} req/s | {rng(vals('cpu_rate'), '{:.1f}')} µs | — | "
+                            f"{rng(vals('sys'), '{:.1f}')} µs | — | — | {rng(vals('syscalls'), '{:.2f}')} | "
+                            f"{rng(vals('switches'), '{:.2f}')} | {rng(vals('rps'), '{:.0f}')} req/s | {rng(vals('cpu_rate'), '{:.1f}')} µs | — | "
                             f"p50 {rng(vals('p50'), '{:.0f}')} µs (absolute) | p99 {rng(vals('p99'), '{:.0f}')} µs "
                             f"(absolute) | {med(vals('rss')):.1f} MB |")
                 continue
@@ -358,7 +389,8 @@ def render(results, ports, reps, duration, rate, connections, streams):
                      "nginx": "nginx (1 worker), HTTP/1.1 over TLS out"}.get(name, f"{name}, HTTP/2 over TLS out")
             rows.append(f"| {label} | {client} | {rng(vals('cpu'), '{:.1f}')} µs | "
                         f"{rng(vals('sys'), '{:.1f}')} µs | {ratio('cpu')} | "
-                        f"{rng(vals('up'), '{:.1f}')} µs | {rng(vals('rps'), '{:.0f}')} req/s | "
+                        f"{rng(vals('up'), '{:.1f}')} µs | {rng(vals('syscalls'), '{:.2f}')} | "
+                        f"{rng(vals('switches'), '{:.2f}')} | {rng(vals('rps'), '{:.0f}')} req/s | "
                         f"{rng(vals('cpu_rate'), '{:.1f}')} µs | {ratio('cpu_rate')} | {added('p50')} | "
                         f"{added('p99')} | {med(vals('rss')):.1f} MB |")
     return "\n".join(rows) + "\n"
