@@ -2,7 +2,7 @@
 # The real-path benchmark: TLS + HTTP/2 (and HTTP/1.1) in, HTTP/2 over TLS to the upstream;
 # mvproxy against HAProxy and nginx in one run (bench/realpath.py says what is measured).
 #
-#   bench/realpath.sh                          mvproxy built in release, ~3 min
+#   bench/realpath.sh                          mvproxy built in release; the run ~3 min
 #   bench/realpath.sh OLD new=NEW NEW@0.1      several builds (and sampled export) side by side
 #
 # From a fresh Debian machine: installs nginx-light, haproxy, h2load (nghttp2-client) and openssl
