@@ -1,0 +1,400 @@
+#!/usr/bin/env python3
+"""The path users run, on loopback: TLS in (HTTP/2, and HTTP/1.1 keep-alive), HTTP/2 over TLS to
+the upstream, as kube-apiserver serves it; mvproxy against HAProxy and nginx in one run.
+
+    python3 bench/realpath.py [[LABEL=]BINARY[@RATIO] ...]
+
+Run it through bench/realpath.sh (installs the tools, builds mvproxy). Each argument is an
+mvproxy binary (default target/release/mvproxy); `@RATIO` exports spans to a local OTLP sink
+sampled with `traceidratio` RATIO; `LABEL=` names its rows (default `mvproxy`, `mvproxy-2`, ...).
+Several binaries make it an A/B of builds against the same peers in the same run.
+
+* The upstream: an nginx (one worker) serving the 2 KB PodList and the discovery documents over
+  TLS, HTTP/2 by ALPN (and HTTP/1.1 to a client that asks for it), as kube-apiserver does. It is
+  not mvproxy code, so the benchmark does not measure mvproxy against itself.
+* HAProxy (one thread): TLS in (ALPN h2, http/1.1), `proto h2` over TLS to the upstream with
+  `ssl verify required` against the upstream's CA, connections reused (`http-reuse always`).
+* nginx (one worker): TLS in (HTTP/2 and HTTP/1.1); HTTP/1.1 over TLS out (nginx cannot proxy
+  HTTP/2), verified, keep-alive and TLS session reuse: all it can.
+* mvproxy: `--tls-cert-file` in; `--local https://...` with `--local-ca-file`: HTTP/2 by ALPN.
+
+Layout as bench/loadtest.py: upstream and proxies pinned to core 0, the load generator (and
+the sink) to core 1. Every configuration runs once per repeat, interleaved (in reverse order on
+odd repeats), measured with each client protocol:
+
+* CPU per request: the proxy's own CPU time (utime + stime from /proc) over a closed-loop run
+  (h2load, CONNECTIONS connections, default 32, each with STREAMS HTTP/2 streams, default 1, or
+  HTTP/1.1 keep-alive), divided by the requests completed; the upstream's CPU per request in
+  the same run is given too (it is served HTTP/1.1 by nginx, HTTP/2 by the others), and the
+  proxy's system calls and context switches per request (`perf stat`, when perf is there);
+* at a fixed RATE (default 2000 req/s; h2load `--rps` from 4 connections of up to 4 streams, or
+  16 HTTP/1.1 connections): CPU per request, and p50/p99 of h2load's per-request latencies
+  minus the upstream's own (the upstream measured straight, over the same client protocol, in
+  the same repeat). h2load sends on a timer but measures from when a request leaves, so a
+  stall that holds back later requests is not charged to them: at 2000 req/s, a tenth of what
+  every proxy here serves on a quiet machine, that is rare.
+
+Ratios are to HAProxy over the same client protocol in the same repeat; the table gives the
+median and the spread (min–max) over REPEATS (default 3) repeats of DURATION (default 3s).
+PROFILE=NAME records `perf record -e cpu-clock -g` of that configuration's first closed-loop run
+into target/loadtest/realpath-NAME.perf.data and a flat report next to it.
+"""
+
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import loadtest as lt  # noqa: E402
+
+UP_TLS, HAPROXY_RP, NGINX_RP, SINK = 18501, 18502, 18503, 18599
+MVPROXY0, ADMIN0 = 18510, 18530
+
+
+def upstream_conf(work, root, cert, key):
+    return f"""worker_processes 1;
+error_log {work}/nginx-up-tls.log;
+pid {work}/nginx-up-tls.pid;
+events {{ worker_connections 4096; }}
+http {{
+  access_log off;
+  keepalive_requests 1000000;
+  keepalive_timeout 300s;
+  server {{
+    listen 127.0.0.1:{UP_TLS} ssl http2;
+    ssl_certificate {cert};
+    ssl_certificate_key {key};
+    ssl_protocols TLSv1.2 TLSv1.3;
+    http2_max_concurrent_streams 1000;
+    root {root};
+    location = /api {{ default_type "{lt.V2_TYPE}"; try_files /api/index.json =404; }}
+    location = /apis {{ default_type "{lt.V2_TYPE}"; try_files /apis/index.json =404; }}
+    location / {{ default_type application/json; }}
+  }}
+}}
+"""
+
+
+def make_certs(work):
+    """A CA and a P-256 serving certificate for 127.0.0.1 and localhost it signed (webpki, as
+    mvproxy verifies, refuses a self-signed CA as the server's own certificate)."""
+    def run(*argv):
+        subprocess.run(["openssl", *argv], check=True, capture_output=True, cwd=work)
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    run("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.crt", "-days", "2", "-subj", "/CN=bench-ca")
+    run("req", *ec, "-keyout", "tls.key", "-out", "tls.csr", "-subj", "/CN=localhost")
+    with open(os.path.join(work, "ext.cnf"), "w") as f:
+        f.write("basicConstraints=CA:FALSE\nsubjectAltName=IP:127.0.0.1,DNS:localhost\n")
+    run("x509", "-req", "-in", "tls.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial", "-days", "2",
+        "-extfile", "ext.cnf", "-out", "tls.crt")
+    return (os.path.join(work, "tls.crt"), os.path.join(work, "tls.key"), os.path.join(work, "ca.crt"))
+
+
+def proxies_conf(work, cert, key, ca):
+    nginx = f"""worker_processes 1;
+error_log {work}/nginx-rp.log;
+pid {work}/nginx-rp.pid;
+events {{ worker_connections 4096; }}
+http {{
+  access_log off;
+  keepalive_requests 1000000;
+  upstream api {{ server 127.0.0.1:{UP_TLS}; keepalive 64; keepalive_requests 1000000; }}
+  server {{
+    listen 127.0.0.1:{NGINX_RP} ssl http2;
+    ssl_certificate {cert};
+    ssl_certificate_key {key};
+    ssl_protocols TLSv1.2 TLSv1.3;
+    location / {{
+      proxy_pass https://api;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_buffering off;
+      proxy_ssl_verify on;
+      proxy_ssl_trusted_certificate {ca};
+      proxy_ssl_name localhost;
+      proxy_ssl_server_name on;
+      proxy_ssl_session_reuse on;
+    }}
+  }}
+}}
+"""
+    haproxy = f"""global
+  nbthread 1
+  maxconn 4096
+defaults
+  mode http
+  timeout connect 5s
+  timeout client 60s
+  timeout server 60s
+  http-reuse always
+frontend fe
+  bind 127.0.0.1:{HAPROXY_RP} ssl crt {work}/tls.pem alpn h2,http/1.1
+  # An HTTP/2 answer has no reason phrase and HAProxy sends none over HTTP/1.1 ("200 "), which
+  # h2load's HTTP/1.1 parser does not count as an answer: name it, as nginx and mvproxy do.
+  http-response set-status 200 reason OK if {{ status 200 }}
+  default_backend be
+backend be
+  server up 127.0.0.1:{UP_TLS} ssl verify required ca-file {ca} sni str(localhost) alpn h2 proto h2
+"""
+    return nginx, haproxy
+
+
+def h2load(port, proto, duration, args, log=None):
+    """Runs h2load; the requests that succeeded (it exits on any failure or non-2xx answer)."""
+    argv = ["taskset", "-c", lt.LOAD_CORE, "h2load", "-t1", "-D", duration] + args
+    if proto == "h1":
+        argv.append("--h1")
+    if log:
+        argv.append(f"--log-file={log}")
+    argv.append(f"https://127.0.0.1:{port}{lt.PATH}")
+    out = subprocess.run(argv, capture_output=True, text=True).stdout
+    m = re.search(r"requests: (\d+) total, \d+ started, (\d+) done, (\d+) succeeded, (\d+) failed, (\d+) errored", out)
+    codes = re.search(r"status codes: (\d+) 2xx, (\d+) 3xx, (\d+) 4xx, (\d+) 5xx", out)
+    if not m or not codes or int(m.group(4)) or int(m.group(5)) or sum(map(int, codes.groups()[1:])):
+        sys.exit(f"errors under load on port {port} ({proto}):\n{out}")
+    return int(m.group(3))
+
+
+def closed(port, proto, duration, connections, streams):
+    return h2load(port, proto, duration, ["-c", str(connections), "-m", str(streams if proto == "h2" else 1)])
+
+
+def open_loop(port, proto, duration, rate, work):
+    """`rate` req/s from 4 connections of 4 streams (HTTP/2) or 16 connections (HTTP/1.1): the
+    requests served, and p50 and p99 of their latency in µs (from h2load's per-request log)."""
+    clients, streams = (4, 4) if proto == "h2" else (16, 1)
+    log = os.path.join(work, "latency.tsv")
+    n = h2load(port, proto, duration, ["-c", str(clients), "-m", str(streams), f"--rps={rate / clients:g}"], log)
+    lat = sorted(int(line.split("\t")[2]) for line in open(log) if line.count("\t") >= 2)
+    os.unlink(log)
+    return n, lat[len(lat) // 2], lat[min(len(lat) - 1, len(lat) * 99 // 100)]
+
+
+def counted(pids, run):
+    """Runs `run()` under `perf stat` counting the system calls and context switches of `pids`
+    (software events: they hold on a VM without hardware counters, and unlike CPU time they do
+    not move with the machine's load); `None`s without perf."""
+    if not shutil.which("perf"):
+        return run(), None, None
+    out = tempfile.mktemp(prefix="realpath-stat-")
+    stat = subprocess.Popen(["perf", "stat", "-x,", "-e", "raw_syscalls:sys_enter,context-switches", "-p",
+                             ",".join(map(str, pids)), "-o", out], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    time.sleep(0.2)
+    result = run()
+    stat.send_signal(2)
+    stat.wait()
+    counts = {}
+    try:
+        for line in open(out):
+            parts = line.strip().split(",")
+            if len(parts) > 3 and parts[0].replace(".", "").isdigit():
+                counts[parts[2]] = float(parts[0])
+        os.unlink(out)
+    except OSError:
+        pass
+    return result, counts.get("raw_syscalls:sys_enter"), counts.get("context-switches")
+
+
+def system_user(pids):
+    """The system and user CPU seconds of `pids` (fields 15 and 14 of /proc/PID/stat)."""
+    system = user = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            user += int(fields[11])
+            system += int(fields[12])
+        except OSError:
+            pass
+    return system / lt.TICK, user / lt.TICK
+
+
+def med(values):
+    return statistics.median(values) if values else float("nan")
+
+
+def rng(values, fmt):
+    """The median, and the spread when there is one."""
+    lo, mid, hi = (fmt.format(x) for x in (min(values), med(values), max(values)))
+    return mid if lo == hi else f"{mid} ({lo}–{hi})"
+
+
+def main():
+    if len(sys.argv) > 1 and sys.argv[1] in ("-h", "--help"):
+        sys.exit(__doc__)
+    reps = int(os.environ.get("REPEATS", "3"))
+    duration = os.environ.get("DURATION", "3s")
+    rate = int(os.environ.get("RATE", "2000"))
+    connections = int(os.environ.get("CONNECTIONS", "32"))
+    streams = int(os.environ.get("STREAMS", "1"))
+    profile = os.environ.get("PROFILE", "")
+    out_dir = os.path.join(lt.ROOT, "target/loadtest")
+    os.makedirs(out_dir, exist_ok=True)
+
+    binaries = []  # (label, path, sampling ratio or "")
+    for i, arg in enumerate(sys.argv[1:] or [os.path.join(lt.ROOT, "target/release/mvproxy")]):
+        label, _, rest = arg.rpartition("=")
+        path, _, ratio = rest.partition("@")
+        label = label or ("mvproxy" if i == 0 else f"mvproxy-{i + 1}")
+        binaries.append((label + (f"@{ratio}" if ratio else ""), path, ratio))
+
+    work = tempfile.mkdtemp(prefix="mvproxy-realpath-")
+    os.chmod(work, 0o755)  # nginx workers run as another user
+    procs = lt.Procs()
+    try:
+        cert, key, ca = make_certs(work)
+        with open(os.path.join(work, "tls.pem"), "w") as f:
+            f.write(open(cert).read() + open(key).read())
+        lt.write_configs(work, cert, key)  # the document root
+        nginx, haproxy = proxies_conf(work, cert, key, ca)
+        for name, text in [("up-tls.conf", upstream_conf(work, os.path.join(work, "root"), cert, key)),
+                           ("rp.conf", nginx), ("rp.cfg", haproxy)]:
+            with open(os.path.join(work, name), "w") as f:
+                f.write(text)
+        pids, ports = {}, {}
+        pids["upstream"] = procs.start("upstream", ["nginx", "-c", f"{work}/up-tls.conf", "-g", "daemon off;"],
+                                       lt.PROXY_CORE).pid
+        ports["upstream"] = UP_TLS
+        lt.wait_port(UP_TLS)
+        pids["haproxy"] = procs.start("haproxy", ["haproxy", "-db", "-f", f"{work}/rp.cfg"], lt.PROXY_CORE).pid
+        ports["haproxy"] = HAPROXY_RP
+        pids["nginx"] = procs.start("nginx", ["nginx", "-c", f"{work}/rp.conf", "-g", "daemon off;"],
+                                    lt.PROXY_CORE).pid
+        ports["nginx"] = NGINX_RP
+        if any(ratio for _, _, ratio in binaries):
+            procs.start("sink", [sys.executable, os.path.join(lt.ROOT, "bench/loadtest.py"), "--sink", str(SINK)],
+                        lt.LOAD_CORE)
+            lt.wait_port(SINK)
+        for i, (label, path, ratio) in enumerate(binaries):
+            env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+            if ratio:
+                env["OTEL_EXPORTER_OTLP_ENDPOINT"] = f"http://127.0.0.1:{SINK}"
+                env["OTEL_TRACES_SAMPLER"] = "traceidratio"
+                env["OTEL_TRACES_SAMPLER_ARG"] = ratio
+            port, admin = MVPROXY0 + i, ADMIN0 + i
+            argv = os.environ.get("MVPROXY_ENV", "").split() + [
+                path, "serve", "--local", f"https://127.0.0.1:{UP_TLS}", "--local-ca-file", ca,
+                "--listen", f"127.0.0.1:{port}", "--admin-listen", f"127.0.0.1:{admin}",
+                "--tls-cert-file", cert, "--tls-key-file", key, "--log-format", "json"]
+            pids[label] = procs.start(label, argv, lt.PROXY_CORE, env=env, log=f"{work}/{label}.log").pid
+            ports[label] = port
+            lt.wait_ready(admin)
+        for port in (HAPROXY_RP, NGINX_RP):
+            lt.wait_port(port)
+
+        configs = [(name, proto) for name in ports for proto in ("h2", "h1")]
+        print(f"# {len(configs)} configurations x {reps} repeat(s), {duration} each: {connections} connections "
+              f"closed loop ({streams} HTTP/2 stream(s) each), {rate} req/s open loop; GET {lt.PATH}", flush=True)
+        results = {c: [] for c in configs}
+        profiled = False
+        for rep in range(reps):
+            for name, proto in configs if rep % 2 == 0 else configs[::-1]:
+                port = ports[name]
+                proxy = lt.tree(pids[name])
+                up = lt.tree(pids["upstream"])
+                closed(port, proto, "1s", connections, streams)  # warm up
+                perf = None
+                if profile and profile == name and proto == "h2" and not profiled:
+                    profiled = True
+                    data = os.path.join(out_dir, f"realpath-{name}.perf.data")
+                    perf = subprocess.Popen(["taskset", "-c", lt.LOAD_CORE, "perf", "record", "-e", "cpu-clock",
+                                             "-g", "-o", data, "-p", ",".join(map(str, proxy))],
+                                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                    time.sleep(0.5)
+                c0, u0, (s0, _) = lt.cpu_seconds(proxy), lt.cpu_seconds(up), system_user(proxy)
+                n, calls, switches = counted(proxy, lambda: closed(port, proto, duration, connections, streams))
+                c1, u1, (s1, _) = lt.cpu_seconds(proxy), lt.cpu_seconds(up), system_user(proxy)
+                if perf:
+                    perf.send_signal(2)
+                    perf.wait()
+                    with open(os.path.splitext(data)[0] + ".txt", "w") as f:
+                        subprocess.run(["perf", "report", "-i", data, "--no-children", "--percent-limit", "0.3",
+                                        "--stdio", "-g", "none", "--sort", "dso,symbol"], stdout=f,
+                                       stderr=subprocess.DEVNULL)
+                    print(f"  profile of {name}: {data}", flush=True)
+                m, p50, p99 = open_loop(port, proto, duration, rate, work)
+                c2 = lt.cpu_seconds(proxy)
+                r = {"cpu": (c1 - c0) / n * 1e6, "sys": (s1 - s0) / n * 1e6, "up": (u1 - u0) / n * 1e6, "rps": n / float(duration.rstrip("s")),
+                     "cpu_rate": (c2 - c1) / m * 1e6,
+                     "syscalls": calls / n if calls is not None else float("nan"),
+                     "switches": switches / n if switches is not None else float("nan"), "p50": p50, "p99": p99, "rss": lt.rss_mb(proxy)}
+                results[(name, proto)].append(r)
+                print(f"  [{rep + 1}] {name:14} {proto}  {r['cpu']:5.1f} µs/req closed (system {r['sys']:4.1f}, upstream {r['up']:4.1f}), "
+                      f"{r['rps']:6.0f} req/s, {r['syscalls']:4.2f} syscalls/req, "
+                      f"{r['switches']:4.2f} switches/req, {r['cpu_rate']:5.1f} µs/req at {rate}/s, p50 {p50:5.0f} µs, "
+                      f"p99 {p99:6.0f} µs", flush=True)
+        table = render(results, ports, reps, duration, rate, connections, streams)
+        print()
+        print(table)
+        with open(os.path.join(out_dir, "realpath.md"), "w") as f:
+            f.write(table)
+        with open(os.path.join(out_dir, "realpath.json"), "w") as f:
+            json.dump({f"{k[0]} {k[1]}": v for k, v in results.items()}, f, indent=1)
+        for label, _, _ in binaries:
+            log = f"{work}/{label}.log"
+            bad = sum('"level":"WARN"' in line or '"level":"ERROR"' in line for line in open(log))
+            if bad:
+                print(f"{label} logged {bad} warnings or errors")
+    finally:
+        procs.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def render(results, ports, reps, duration, rate, connections, streams):
+    rows = [
+        f"Loopback, {lt.machine()}; upstream and proxy on core {lt.PROXY_CORE}, load generator on core "
+        f"{lt.LOAD_CORE}. Medians (min–max) over {reps} repeat(s) of {duration}; ratios to HAProxy over the "
+        f"same client protocol in the same repeat. Closed loop: {connections} connections"
+        f"{f' ({streams} streams each)' if streams > 1 else ''}; open loop: {rate} req/s. "
+        f"GET {lt.PATH} (2 KB PodList) from an nginx serving HTTP/2 over TLS. Load average at the end: "
+        f"{os.getloadavg()[0]:.1f} (1 min), {os.getloadavg()[1]:.1f} (5 min); above about 1.5 other processes "
+        f"share the cores, and the latency columns measure them more than the proxies.",
+        "",
+        "| configuration | client | CPU per request, closed loop | of which system | vs HAProxy | "
+        "upstream's CPU per request | system calls per request | context switches per request | "
+        f"throughput | CPU per request at {rate} req/s | vs HAProxy | added p50 at {rate} req/s | "
+        f"added p99 | RSS |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for name in ports:
+        for proto in ("h2", "h1"):
+            v = results[(name, proto)]
+            ref = results[("haproxy", proto)]
+            base = results[("upstream", proto)]
+            client = "HTTP/2, TLS" if proto == "h2" else "HTTP/1.1, TLS"
+
+            def vals(key, rows=v):
+                return [r[key] for r in rows]
+
+            def ratio(key):
+                return rng([a[key] / b[key] for a, b in zip(v, ref)], "{:.2f}")
+
+            def added(key):
+                return rng([a[key] - b[key] for a, b in zip(v, base)], "{:+.0f}") + " µs"
+            if name == "upstream":
+                rows.append(f"| upstream alone (nginx, HTTP/2 over TLS) | {client} | {rng(vals('cpu'), '{:.1f}')} µs | "
+                            f"{rng(vals('sys'), '{:.1f}')} µs | — | — | {rng(vals('syscalls'), '{:.2f}')} | "
+                            f"{rng(vals('switches'), '{:.2f}')} | {rng(vals('rps'), '{:.0f}')} req/s | {rng(vals('cpu_rate'), '{:.1f}')} µs | — | "
+                            f"p50 {rng(vals('p50'), '{:.0f}')} µs (absolute) | p99 {rng(vals('p99'), '{:.0f}')} µs "
+                            f"(absolute) | {med(vals('rss')):.1f} MB |")
+                continue
+            label = {"haproxy": "HAProxy (1 thread), `proto h2` over TLS out",
+                     "nginx": "nginx (1 worker), HTTP/1.1 over TLS out"}.get(name, f"{name}, HTTP/2 over TLS out")
+            rows.append(f"| {label} | {client} | {rng(vals('cpu'), '{:.1f}')} µs | "
+                        f"{rng(vals('sys'), '{:.1f}')} µs | {ratio('cpu')} | "
+                        f"{rng(vals('up'), '{:.1f}')} µs | {rng(vals('syscalls'), '{:.2f}')} | "
+                        f"{rng(vals('switches'), '{:.2f}')} | {rng(vals('rps'), '{:.0f}')} req/s | "
+                        f"{rng(vals('cpu_rate'), '{:.1f}')} µs | {ratio('cpu_rate')} | {added('p50')} | "
+                        f"{added('p99')} | {med(vals('rss')):.1f} MB |")
+    return "\n".join(rows) + "\n"
+
+
+if __name__ == "__main__":
+    main()

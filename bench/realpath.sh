@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The real-path benchmark: TLS + HTTP/2 (and HTTP/1.1) in, HTTP/2 over TLS to the upstream;
+# mvproxy against HAProxy and nginx in one run (bench/realpath.py says what is measured).
+#
+#   bench/realpath.sh                          mvproxy built in release; the run ~3 min
+#   bench/realpath.sh OLD new=NEW NEW@0.1      several builds (and sampled export) side by side
+#
+# From a fresh Debian machine: installs nginx-light, haproxy, h2load (nghttp2-client) and openssl
+# (apt). Variables: REPEATS, DURATION, RATE, CONNECTIONS, STREAMS, PROFILE,
+# MVPROXY_ENV. The table is printed and written to target/loadtest/realpath.md. Loopback only.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+missing=()
+for tool in nginx:nginx-light haproxy:haproxy h2load:nghttp2-client openssl:openssl taskset:util-linux python3:python3 perf:linux-perf; do
+  command -v "${tool%%:*}" >/dev/null || missing+=("${tool#*:}")
+done
+if ((${#missing[@]})); then
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq && apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+if (($# == 0)); then
+  cargo build --release -p mvproxy --bin mvproxy -q
+fi
+exec python3 bench/realpath.py "$@"
