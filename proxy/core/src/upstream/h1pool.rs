@@ -60,7 +60,6 @@ use hyper_rustls::MaybeHttpsStream;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
-use tower_service::Service;
 
 use crate::plumbing::{Body, BoxError, empty};
 
@@ -278,7 +277,7 @@ impl H1Pool {
         base: &Uri,
         req: Request<Body>,
     ) -> Result<Response<Incoming>, BoxError> {
-        let io = self.connector.clone().call(base.clone()).await?;
+        let io = self.connector.dial(base).await?;
         let (mut send, conn) = http1::Builder::new().handshake(io).await?;
         tokio::spawn(async move {
             if let Err(e) = conn.with_upgrades().await {
@@ -290,7 +289,7 @@ impl H1Pool {
     }
 
     async fn connect(&self, base: &Uri) -> Result<Box<Driven>, BoxError> {
-        let io = self.connector.clone().call(base.clone()).await?;
+        let io = self.connector.dial(base).await?;
         let has_read = Arc::new(AtomicBool::new(false));
         let io = TokioIo::new(ReadFlaggingIo {
             io: TokioIo::new(io),

@@ -44,6 +44,20 @@
 //! server refuses it, and keeping every body for a rare refusal would cost memory on every
 //! write, so its refusal reaches the client (`503`).
 //!
+//! A server that stops answering (a stopped or wedged process, an address whose packets are
+//! dropped) would hold every request sent on its connections until the response-header
+//! timeout. So a connection with requests or response bodies in flight is checked with
+//! `PING`s: when nothing has been read on it for [`KEEP_ALIVE_INTERVAL`], a `PING` is sent, and
+//! when its `ACK` does not arrive within [`KEEP_ALIVE_TIMEOUT`] the connection is closed, its
+//! requests fail (a transport failure, which the caller may send elsewhere) and its response
+//! bodies end. This is Go's `ReadIdleTimeout` and `PingTimeout` (golang.org/x/net
+//! `http2/transport.go`, `(*ClientConn).healthCheck`), with hyper's `keep_alive_interval` and
+//! `keep_alive_timeout`. Unlike Go's, a connection without anything in flight is not pinged
+//! (`keep_alive_while_idle` off): nothing waits on it, and the first request on it sends a
+//! `PING` at once, its last read being older than the interval.
+//! A server that answers `PING`s keeps its connections whatever its requests wait for: a watch
+//! with no events, a slow list.
+//!
 //! A request that hyper hands back unsent, because its connection closed before hyper took it
 //! (Go's `errClientConnUnusable`), goes to another connection whatever its body. That spends no
 //! replay when the connection came from the pool (a pooled connection may close at any time,
@@ -53,6 +67,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Request, Response, Uri};
@@ -62,7 +77,6 @@ use hyper::client::conn::http2;
 use hyper_util::client::legacy::connect::Connection;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use tokio::sync::watch;
-use tower_service::Service;
 
 use crate::plumbing::{Body, BoxError, empty};
 
@@ -71,6 +85,16 @@ use crate::upstream::h1pool::{CheckedOutConn, head_of};
 
 /// Requests in flight on one upstream connection before another is opened.
 pub(crate) const MAX_STREAMS: usize = 100;
+
+/// How long nothing may be read on a connection with requests in flight before a `PING`
+/// asks the server whether it is still there (see the module doc).
+pub(crate) const KEEP_ALIVE_INTERVAL: Duration = Duration::from_millis(500);
+
+/// How long a `PING` may wait for its `ACK` before the connection is given up. With
+/// [`KEEP_ALIVE_INTERVAL`], a server that stops answering is noticed within a second of its
+/// last frame; one that answers later than this (a round trip over half a second) is taken
+/// for one that does not.
+pub(crate) const KEEP_ALIVE_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// The HTTP/2 connections to one upstream.
 pub(crate) struct H2Pool {
@@ -255,13 +279,16 @@ impl H2Pool {
 
     /// A new connection; `None` when the upstream chose HTTP/1.1.
     async fn connect(&self, base: &Uri) -> Result<Option<Conn>, BoxError> {
-        let io = self.connector.clone().call(base.clone()).await?;
+        let io = self.connector.dial(base).await?;
         if !io.connected().is_negotiated_h2() {
             self.no_h2.store(true, Ordering::Relaxed);
             return Ok(None);
         }
         let (send, conn) = http2::Builder::new(TokioExecutor::new())
             .timer(TokioTimer::new())
+            .keep_alive_interval(KEEP_ALIVE_INTERVAL)
+            .keep_alive_timeout(KEEP_ALIVE_TIMEOUT)
+            .keep_alive_while_idle(false)
             .handshake(io)
             .await?;
         tokio::spawn(async move {
