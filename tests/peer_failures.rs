@@ -14,6 +14,7 @@
 
 use bytes::Bytes;
 use http::{Method, StatusCode};
+use http_body_util::BodyExt;
 use integration::pki::Ca;
 use integration::*;
 use serde_json::Value;
@@ -281,6 +282,48 @@ async fn a_write_on_a_connection_whose_ping_went_unanswered_says_it_may_have_bee
         "{msg}"
     );
     assert_eq!(r.header("retry-after"), "", "no retry offered");
+}
+
+#[tokio::test]
+async fn a_peer_that_hangs_under_a_watch_alone_is_marked_by_the_unanswered_ping() {
+    let ca = Ca::new("cluster-ca");
+    let local = standin_release("apiserver-a", &apis_131(), "v1.31.0").await;
+    let p1 = standin_release("apiserver-b", &apis_134(), "v1.34.0").await;
+    let b = tls_server(&ca, "apiserver-b", &p1).await;
+    let to_b = relay::Relay::start(b.listen).await;
+    let proxy = Proxy::serve(&tls_args(
+        &ca,
+        &[("apiserver-b", &format!("https://{}", to_b.addr))],
+        &local.url(),
+    ))
+    .await;
+    proxy.ready().await;
+    wait_all_up(&proxy).await;
+
+    // A watch through the proxy to apiserver-b, open, without events; then apiserver-b hangs.
+    // No request waits for an answer from it, so none fails: the unanswered PING on the
+    // watch's connection marks it all the same, and the watch ends for its client to renew.
+    let mut h1 = conn::H1::plain(proxy.listen).await;
+    let watch = h1
+        .open(conn::req(
+            Method::GET,
+            &format!("{NEW_ONLY}?watch=true"),
+            &[],
+            Bytes::new(),
+        ))
+        .await;
+    assert_eq!(watch.status(), StatusCode::OK);
+    to_b.stall();
+    wait_discovery(&proxy, |s| {
+        s.iter()
+            .any(|s| s["id"] == "apiserver-b" && s["state"] == "suspect")
+    })
+    .await;
+    let seen = server(&proxy, "apiserver-b").await;
+    let error = seen["error"].as_str().unwrap_or_default();
+    assert!(error.contains("keep-alive timed out"), "{seen}");
+    let ended = tokio::time::timeout(PATIENCE, watch.into_body().collect()).await;
+    assert!(ended.is_ok(), "the watch ended");
 }
 
 /// A `POST` of `body`'s first half to `path` on `addr` (chunked), then `between` runs, and

@@ -448,6 +448,15 @@ impl Upstream {
         }
     }
 
+    /// Calls `hung` with the cause whenever an HTTP/2 connection to this upstream is closed
+    /// because its `PING` went unanswered (`crate::upstream::h2pool`), whatever was in
+    /// flight on it. Set once.
+    pub(crate) fn on_connection_hung(&self, hung: impl Fn(String) + Send + Sync + 'static) {
+        if let Some(h2) = &self.h2 {
+            h2.on_hung(Box::new(hung));
+        }
+    }
+
     /// The HTTP/2 pool (for tests).
     #[cfg(test)]
     pub(crate) fn h2_pool(&self) -> Option<&Arc<H2Pool>> {

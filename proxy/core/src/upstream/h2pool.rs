@@ -56,7 +56,9 @@
 //! (`keep_alive_while_idle` off): nothing waits on it, and the first request on it sends a
 //! `PING` at once, its last read being older than the interval.
 //! A server that answers `PING`s keeps its connections whatever its requests wait for: a watch
-//! with no events, a slow list.
+//! with no events, a slow list. A connection given up so is reported to the pool's owner
+//! ([`H2Pool::on_hung`]) even when only response bodies (watches) were in flight, which end
+//! without a request failing that would tell.
 //!
 //! A request that hyper hands back unsent, because its connection closed before hyper took it
 //! (Go's `errClientConnUnusable`), goes to another connection whatever its body. That spends no
@@ -96,9 +98,15 @@ pub(crate) const KEEP_ALIVE_INTERVAL: Duration = Duration::from_millis(500);
 /// for one that does not.
 pub(crate) const KEEP_ALIVE_TIMEOUT: Duration = Duration::from_millis(500);
 
+/// Told, with the cause in words, that a connection was closed because its `PING` went
+/// unanswered.
+pub(crate) type HungHook = Box<dyn Fn(String) + Send + Sync>;
+
 /// The HTTP/2 connections to one upstream.
 pub(crate) struct H2Pool {
     connector: Connector,
+    /// Set once by the pool's owner; read by each connection's task when it ends.
+    hung: Arc<std::sync::OnceLock<HungHook>>,
     /// Never held across an await: a request that finds room on an open connection never
     /// waits for another being made (to a server that may not answer).
     conns: std::sync::Mutex<Conns>,
@@ -180,9 +188,16 @@ impl H2Pool {
     pub(crate) fn new(connector: Connector) -> Self {
         Self {
             connector,
+            hung: Arc::default(),
             conns: std::sync::Mutex::new(Conns::default()),
             no_h2: AtomicBool::new(false),
         }
+    }
+
+    /// Calls `hung` whenever a connection of this pool is closed because its `PING` went
+    /// unanswered. Set once; a later call is ignored.
+    pub(crate) fn on_hung(&self, hung: HungHook) {
+        let _ = self.hung.set(hung);
     }
 
     /// Whether the upstream is known not to speak HTTP/2.
@@ -291,9 +306,16 @@ impl H2Pool {
             .keep_alive_while_idle(false)
             .handshake(io)
             .await?;
+        let hung = self.hung.clone();
         tokio::spawn(async move {
             if let Err(e) = conn.await {
                 tracing::debug!(error = %e, "upstream HTTP/2 connection closed");
+                // hyper's keep-alive failure is the only timeout of a connection's own.
+                if e.is_timeout()
+                    && let Some(hung) = hung.get()
+                {
+                    hung(crate::plumbing::causes(&e));
+                }
             }
         });
         Ok(Some(Conn {

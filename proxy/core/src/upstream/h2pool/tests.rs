@@ -51,6 +51,8 @@ enum Act {
     /// Nothing, and nothing more on this connection: it is neither read nor written again,
     /// its `PING`s unanswered (a stopped process, a dropped address), though it stays open.
     Freeze,
+    /// `200` at once, its body never sent (a watch without events), and then [`Act::Freeze`].
+    HeadThenFreeze,
 }
 
 /// An HTTP/2 upstream over TLS on loopback, frames written by hand so that it can say
@@ -205,6 +207,12 @@ async fn serve_conn(
                     Act::Silent => {}
                     Act::Freeze => {
                         // held open, never read again, until the test ends
+                        let _held = (rd, wr);
+                        std::future::pending::<()>().await;
+                        return;
+                    }
+                    Act::HeadThenFreeze => {
+                        write(&wr, &frame(HEADERS, END_HEADERS, id, STATUS_200)).await;
                         let _held = (rd, wr);
                         std::future::pending::<()>().await;
                         return;
@@ -546,4 +554,26 @@ async fn a_dial_whose_tls_handshake_hangs_fails_within_the_connect_timeout() {
     // The server completes TCP and never answers the TLS handshake (a stopped process): the
     // connect timeout (5 s) ends the dial, not the response-header timeout (10 s).
     fails(&up, "/api/v1/pods", "no connection within 5s").await;
+}
+
+#[tokio::test]
+async fn a_connection_with_only_a_watch_on_it_whose_ping_goes_unanswered_is_reported() {
+    let server = server(vec![vec![Act::HeadThenFreeze]]).await;
+    let up = upstream(&server);
+    let (tx, mut hung) = tokio::sync::mpsc::unbounded_channel();
+    up.on_connection_hung(move |cause| {
+        let _ = tx.send(cause);
+    });
+    // The watch's head arrived; then the server stops. No request waits for its head, so
+    // none fails: the pool's owner is told all the same, and the watch ends.
+    let resp = up
+        .get_response("/api/v1/pods?watch=true", "application/json")
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let cause = hung.recv().await.unwrap();
+    assert!(cause.contains("keep-alive timed out"), "{cause}");
+    let body = up.collect("/api/v1/pods", resp.into_body(), 1024).await;
+    assert!(body.is_err(), "{body:?}");
+    server.task.abort();
 }
