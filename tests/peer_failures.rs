@@ -7,11 +7,18 @@
 //! themselves, as `--peer-source leases` finds them), so each 1.34-only GVR has two capable
 //! peers. The refresh interval is an hour: whatever the proxy notices, it notices from the
 //! requests, not from a scheduled refresh.
+//!
+//! A peer that hangs over HTTP/2 (as real API servers are reached: TLS, ALPN `h2`) is a TLS
+//! mvproxy in front of a stand-in, reached through a relay that can freeze; the response-header
+//! timeout is then a minute, so that only the unanswered `PING` can end a request early.
 
 use bytes::Bytes;
 use http::{Method, StatusCode};
+use http_body_util::BodyExt;
+use integration::pki::Ca;
 use integration::*;
 use serde_json::Value;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::cluster::{object, wait_all_up, wait_discovery};
 
@@ -80,6 +87,65 @@ async fn metrics(proxy: &Proxy) -> String {
         .text()
 }
 
+/// `mvproxy_requests_total` of peer-routed requests, summed per `peer` label.
+fn peer_requests(metrics: &str, peer: &str) -> f64 {
+    let label = format!(r#"peer="{peer}""#);
+    metrics
+        .lines()
+        .filter(|l| l.starts_with("mvproxy_requests_total{") && l.contains(&label))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// The `peer` of each "proxied to peer" log line.
+fn logged_peers(proxy: &Proxy) -> Vec<String> {
+    proxy
+        .log()
+        .iter()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v["fields"]["message"] == "proxied to peer")
+        .map(|v| v["fields"]["peer"].as_str().unwrap_or_default().to_owned())
+        .collect()
+}
+
+/// A TLS mvproxy named `name` in front of `backend`, with a certificate for the name every
+/// kube-apiserver serving certificate carries: an API server as a peer reaches it (HTTP/2).
+async fn tls_server(ca: &Ca, name: &str, backend: &StandInRunning) -> Proxy {
+    let serving = ca.issue(name, name, &["kubernetes.default.svc", "127.0.0.1"]);
+    let mut args = proxy_args(name, &backend.url(), &[]);
+    args.extend([
+        "--tls-cert-file".to_owned(),
+        serving.cert.display().to_string(),
+        "--tls-key-file".to_owned(),
+        serving.key.display().to_string(),
+    ]);
+    let p = Proxy::serve(&args).await;
+    p.ready().await;
+    p
+}
+
+/// The proxy's flags for peers reached over TLS: a response-header timeout of a minute, the
+/// connect timeout its default.
+fn tls_args(ca: &Ca, peers: &[(&str, &str)], local: &str) -> Vec<String> {
+    let mut args = vec![
+        "--server-id".to_owned(),
+        "apiserver-a".to_owned(),
+        "--local".to_owned(),
+        local.to_owned(),
+        "--refresh-interval-seconds".to_owned(),
+        "3600".to_owned(),
+        "--response-header-timeout-seconds".to_owned(),
+        "60".to_owned(),
+        "--peer-ca-file".to_owned(),
+        ca.cert_file().display().to_string(),
+    ];
+    for (name, url) in peers {
+        args.push("--peer".to_owned());
+        args.push(format!("{name}={url}"));
+    }
+    args
+}
+
 fn creates_at(s: &StandInRunning) -> usize {
     requests_for(s, "leasecandidates")
         .iter()
@@ -92,7 +158,8 @@ async fn a_peer_that_refuses_connections_is_skipped_within_the_request_and_marke
     let local = standin_release("apiserver-a", &apis_131(), "v1.31.0").await;
     let p1 = standin_release("apiserver-b", &apis_134(), "v1.34.0").await;
     let p2 = standin_release("apiserver-c", &apis_134(), "v1.34.0").await;
-    let proxy = Proxy::serve(&args(
+    // A process: its log lines are read below.
+    let proxy = Proxy::start(&args(
         &[("apiserver-b", &p1.url()), ("apiserver-c", &p2.url())],
         &local.url(),
     ))
@@ -128,6 +195,224 @@ async fn a_peer_that_refuses_connections_is_skipped_within_the_request_and_marke
     assert!(
         m.contains(r#"mvproxy_peer_up{peer="apiserver-c"} 1"#),
         "{m}"
+    );
+    // The request that apiserver-b refused was answered by apiserver-c, and is counted and
+    // logged as apiserver-c's: every request, none as apiserver-b's.
+    assert_eq!(peer_requests(&m, "apiserver-c"), (2 * ROUND) as f64, "{m}");
+    assert_eq!(peer_requests(&m, "apiserver-b"), 0.0, "{m}");
+    let logged = logged_peers(&proxy);
+    assert_eq!(logged.len(), 2 * ROUND, "{logged:?}");
+    assert!(logged.iter().all(|p| p == "apiserver-c"), "{logged:?}");
+}
+
+#[tokio::test]
+async fn a_peer_hung_under_http2_is_noticed_by_an_unanswered_ping_and_reads_go_elsewhere() {
+    let ca = Ca::new("cluster-ca");
+    let local = standin_release("apiserver-a", &apis_131(), "v1.31.0").await;
+    let p1 = standin_release("apiserver-b", &apis_134(), "v1.34.0").await;
+    let p2 = standin_release("apiserver-c", &apis_134(), "v1.34.0").await;
+    let b = tls_server(&ca, "apiserver-b", &p1).await;
+    let c = tls_server(&ca, "apiserver-c", &p2).await;
+    let to_b = relay::Relay::start(b.listen).await;
+    let proxy = Proxy::serve(&tls_args(
+        &ca,
+        &[
+            ("apiserver-b", &format!("https://{}", to_b.addr)),
+            ("apiserver-c", &c.url()),
+        ],
+        &local.url(),
+    ))
+    .await;
+    proxy.ready().await;
+    // Discovery was read over HTTP/2: the connections through which requests go are open.
+    wait_all_up(&proxy).await;
+
+    // apiserver-b hangs: its open connection and new ones carry nothing more to it.
+    to_b.stall();
+    for i in 0..ROUND {
+        let r = list(&proxy).await;
+        assert_eq!(r.status, StatusCode::OK, "list {i}: {}", r.text());
+        assert_eq!(r.header("x-standin-server"), "apiserver-c");
+    }
+    // The read sent to it was ended by the PING it did not answer, not by the response-header
+    // timeout (a minute), and it is marked.
+    let seen = server(&proxy, "apiserver-b").await;
+    assert_eq!(seen["state"], "suspect", "{seen}");
+    let error = seen["error"].as_str().unwrap_or_default();
+    assert!(error.contains("keep-alive timed out"), "{seen}");
+    let m = metrics(&proxy).await;
+    assert_eq!(peer_requests(&m, "apiserver-c"), ROUND as f64, "{m}");
+
+    // It answers again: a probe brings it back.
+    to_b.resume();
+    wait_discovery(&proxy, |s| {
+        s.iter()
+            .any(|s| s["id"] == "apiserver-b" && s["state"] == "up")
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_write_on_a_connection_whose_ping_went_unanswered_says_it_may_have_been_applied() {
+    let ca = Ca::new("cluster-ca");
+    let local = standin_release("apiserver-a", &apis_131(), "v1.31.0").await;
+    let p1 = standin_release("apiserver-b", &apis_134(), "v1.34.0").await;
+    let b = tls_server(&ca, "apiserver-b", &p1).await;
+    let to_b = relay::Relay::start(b.listen).await;
+    let proxy = Proxy::serve(&tls_args(
+        &ca,
+        &[("apiserver-b", &format!("https://{}", to_b.addr))],
+        &local.url(),
+    ))
+    .await;
+    proxy.ready().await;
+    wait_all_up(&proxy).await;
+
+    // The only server of the GVR hangs as the create reaches it: the unanswered PING ends the
+    // request (not the minute of the response-header timeout), and the client is told that
+    // the create may have been applied, with nothing inviting it to send it again.
+    to_b.stall();
+    let r = create(&proxy, "lc-ambiguous").await;
+    assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "{}", r.text());
+    let msg = r.json()["message"].as_str().unwrap_or_default().to_owned();
+    assert!(
+        msg.contains("apiserver-b")
+            && msg.contains("keep-alive timed out")
+            && msg.contains("may still have been applied"),
+        "{msg}"
+    );
+    assert_eq!(r.header("retry-after"), "", "no retry offered");
+}
+
+#[tokio::test]
+async fn a_peer_that_hangs_under_a_watch_alone_is_marked_by_the_unanswered_ping() {
+    let ca = Ca::new("cluster-ca");
+    let local = standin_release("apiserver-a", &apis_131(), "v1.31.0").await;
+    let p1 = standin_release("apiserver-b", &apis_134(), "v1.34.0").await;
+    let b = tls_server(&ca, "apiserver-b", &p1).await;
+    let to_b = relay::Relay::start(b.listen).await;
+    let proxy = Proxy::serve(&tls_args(
+        &ca,
+        &[("apiserver-b", &format!("https://{}", to_b.addr))],
+        &local.url(),
+    ))
+    .await;
+    proxy.ready().await;
+    wait_all_up(&proxy).await;
+
+    // A watch through the proxy to apiserver-b, open, without events; then apiserver-b hangs.
+    // No request waits for an answer from it, so none fails: the unanswered PING on the
+    // watch's connection marks it all the same, and the watch ends for its client to renew.
+    let mut h1 = conn::H1::plain(proxy.listen).await;
+    let watch = h1
+        .open(conn::req(
+            Method::GET,
+            &format!("{NEW_ONLY}?watch=true"),
+            &[],
+            Bytes::new(),
+        ))
+        .await;
+    assert_eq!(watch.status(), StatusCode::OK);
+    to_b.stall();
+    wait_discovery(&proxy, |s| {
+        s.iter()
+            .any(|s| s["id"] == "apiserver-b" && s["state"] == "suspect")
+    })
+    .await;
+    let seen = server(&proxy, "apiserver-b").await;
+    let error = seen["error"].as_str().unwrap_or_default();
+    assert!(error.contains("keep-alive timed out"), "{seen}");
+    let ended = tokio::time::timeout(PATIENCE, watch.into_body().collect()).await;
+    assert!(ended.is_ok(), "the watch ended");
+}
+
+/// A `POST` of `body`'s first half to `path` on `addr` (chunked), then `between` runs, and
+/// the rest is never sent. Returns the status and the response body.
+async fn post_half(
+    addr: std::net::SocketAddr,
+    path: &str,
+    body: &[u8],
+    between: impl std::future::Future<Output = ()>,
+) -> (u16, String) {
+    let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let first = &body[..body.len() / 2];
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n{:x}\r\n",
+        first.len()
+    );
+    conn.write_all(head.as_bytes()).await.unwrap();
+    conn.write_all(first).await.unwrap();
+    conn.write_all(b"\r\n").await.unwrap();
+    between.await;
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(PATIENCE, conn.read_to_end(&mut answer)).await;
+    let answer = String::from_utf8_lossy(&answer).into_owned();
+    let status = answer
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = answer
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    (status, body)
+}
+
+#[tokio::test]
+async fn a_write_whose_sending_failed_mid_body_says_it_may_have_been_applied() {
+    let local = standin_release("apiserver-a", &apis_131(), "v1.31.0").await;
+    let p1 = standin_release("apiserver-b", &apis_134(), "v1.34.0").await;
+    let p2 = standin_release("apiserver-c", &apis_134(), "v1.34.0").await;
+    let to_p1 = relay::Relay::start(p1.addr).await;
+    let to_p2 = relay::Relay::start(p2.addr).await;
+    let proxy = Proxy::serve(&args(
+        &[("apiserver-b", &to_p1.url()), ("apiserver-c", &to_p2.url())],
+        &local.url(),
+    ))
+    .await;
+    proxy.ready().await;
+    wait_all_up(&proxy).await;
+
+    // The create's first half reaches whichever server it was sent to; then that server's
+    // connections break (it crashed mid-request), before the rest was sent.
+    let before = (to_p1.forwarded(), to_p2.forwarded());
+    let cut_where_it_went = async {
+        let deadline = tokio::time::Instant::now() + PATIENCE;
+        loop {
+            if to_p1.forwarded() > before.0 {
+                to_p1.cut();
+                return;
+            }
+            if to_p2.forwarded() > before.1 {
+                to_p2.cut();
+                return;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the create never reached a server"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    };
+    let (status, body) = post_half(
+        proxy.listen,
+        NEW_ONLY,
+        &lease_candidate("lc-cut"),
+        cut_where_it_went,
+    )
+    .await;
+    // Not sent to the other server (part of it may have been applied), and the client is
+    // told so.
+    assert_eq!(status, 503, "{body}");
+    let v: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+    let msg = v["message"].as_str().unwrap_or_default();
+    assert!(msg.contains("may still have been applied"), "{body}");
+    // The stand-ins record a request as it arrives: the one it was cut at, and no other.
+    assert_eq!(
+        creates_at(&p1) + creates_at(&p2),
+        1,
+        "sent to one server only"
     );
 }
 

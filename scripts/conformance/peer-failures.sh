@@ -211,7 +211,13 @@ python3 "$here/peer_failures.py" report --faults "$faults" --audit "$AUDIT" \
   --ca "$pki/ca.crt" --cert "$pki/admin.crt" --key "$pki/admin.key" --peer-path "$WL" \
   --check-url "https://$B_IP:$CP_PORT" --json "$out/report.json" --table "$out/table.md" >&2
 
+# The goal: with another capable server up, no read through mvproxy fails (B serves the GVR
+# throughout every fault). Upstream's proxy is measured, not held to it.
 while IFS= read -r row; do
-  record "$(jq -r '"\(.fault) via \(.via) (measured)"' <<<"$row")" PASS \
+  verdict=PASS
+  if [ "$(jq -r .via <<<"$row")" = mvproxy ] && [ "$(jq -r .reads_failed <<<"$row")" != 0 ]; then
+    verdict=FAIL
+  fi
+  record "$(jq -r '"\(.fault) via \(.via) (measured)"' <<<"$row")" "$verdict" \
     "$(jq -r '"\(.answered)/\(.sent) answered, 503 \(.["503"]), 504 \(.["504"]), other \(.other), failed reads \(.reads_failed), avoided \(.avoided), serves again \(.serves_again), creates failed \(.creates_failed) (applied \(.creates_failed_applied))"' <<<"$row")"
 done < <(jq -c '.rows[]' "$out/report.json")

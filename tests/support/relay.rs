@@ -2,6 +2,9 @@
 //! that clients send reaches the server (on connections old and new), and so no answer
 //! comes back. A peer that accepts connections and then hangs, as a wedged API server does;
 //! told to resume, it forwards what it held, as a stopped process that continues reads it.
+//! Told to cut, it closes every connection open through it at once (a server that crashed
+//! in the middle of an exchange), and counts the bytes it forwarded to the server, so that a
+//! test can cut a request it knows has begun to arrive.
 //!
 //! A relay can also be bound before its server exists ([`Relay::bind`]): two `mvproxy`
 //! processes that are each other's peer cannot both learn the other's address from its
@@ -10,6 +13,8 @@
 //! binds a port found free earlier (another process could take it in between).
 
 use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -40,6 +45,10 @@ impl Unaimed {
 pub struct Relay {
     pub addr: SocketAddr,
     stalled: watch::Sender<bool>,
+    /// Bumped to close every connection open at that moment.
+    cuts: watch::Sender<u64>,
+    /// Bytes forwarded from clients to the server.
+    forwarded: Arc<AtomicUsize>,
     accept: JoinHandle<()>,
 }
 
@@ -59,14 +68,27 @@ impl Relay {
     fn serve(listener: TcpListener, target: SocketAddr) -> Relay {
         let addr = listener.local_addr().expect("relay addr");
         let (stalled, rx) = watch::channel(false);
+        let (cuts, cut_rx) = watch::channel(0);
+        let forwarded = Arc::new(AtomicUsize::new(0));
+        let counted = forwarded.clone();
         let accept = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
-                tokio::spawn(relay(client, target, rx.clone()));
+                let mut cut = cut_rx.clone();
+                cut.mark_unchanged();
+                let relayed = relay(client, target, rx.clone(), counted.clone());
+                tokio::spawn(async move {
+                    tokio::select! {
+                        () = relayed => {}
+                        _ = cut.changed() => {}
+                    }
+                });
             }
         });
         Relay {
             addr,
             stalled,
+            cuts,
+            forwarded,
             accept,
         }
     }
@@ -86,6 +108,16 @@ impl Relay {
     pub fn resume(&self) {
         self.stalled.send_replace(false);
     }
+
+    /// Closes every connection open through the relay now, both ways; later ones are relayed.
+    pub fn cut(&self) {
+        self.cuts.send_modify(|n| *n += 1);
+    }
+
+    /// Bytes forwarded from clients to the server so far.
+    pub fn forwarded(&self) -> usize {
+        self.forwarded.load(Ordering::SeqCst)
+    }
 }
 
 impl Drop for Relay {
@@ -94,7 +126,12 @@ impl Drop for Relay {
     }
 }
 
-async fn relay(client: TcpStream, target: SocketAddr, mut stalled: watch::Receiver<bool>) {
+async fn relay(
+    client: TcpStream,
+    target: SocketAddr,
+    mut stalled: watch::Receiver<bool>,
+    forwarded: Arc<AtomicUsize>,
+) {
     let Ok(server) = TcpStream::connect(target).await else {
         return;
     };
@@ -117,6 +154,7 @@ async fn relay(client: TcpStream, target: SocketAddr, mut stalled: watch::Receiv
             if server_w.write_all(&buf[..n]).await.is_err() {
                 return server_w;
             }
+            forwarded.fetch_add(n, Ordering::SeqCst);
         }
     };
     let downstream = async move {

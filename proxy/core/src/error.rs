@@ -51,7 +51,7 @@ pub enum ProxyError {
         cause: String,
     },
     /// Connecting to or talking with an upstream failed before a response arrived.
-    #[error("{upstream} could not be reached: {cause}")]
+    #[error("{upstream} {}: {cause}{}", transport_what(*.written), transport_note(*.written))]
     Transport {
         /// The upstream.
         upstream: ServerName,
@@ -59,6 +59,10 @@ pub enum ProxyError {
         failure: TransportFailure,
         /// The error and its sources in words.
         cause: String,
+        /// The request could change something and some of it may have reached the upstream
+        /// (the connection failed while it was being sent or answered, not before): as for
+        /// [`ProxyError::Timeout`], the client is told that it may have been applied.
+        written: bool,
     },
     /// The upstream accepted the connection but sent no response headers in time.
     #[error("{upstream} did not answer within {seconds}s{}", applied_note(*.written))]
@@ -119,6 +123,25 @@ fn applied_note(written: bool) -> &'static str {
     }
 }
 
+/// How a transport failure began: before anything of the request reached the upstream, or
+/// after some of a write may have.
+fn transport_what(written: bool) -> &'static str {
+    if written {
+        "failed while the request was being sent or answered"
+    } else {
+        "could not be reached"
+    }
+}
+
+/// What a `503` adds when a write may have reached the upstream.
+fn transport_note(written: bool) -> &'static str {
+    if written {
+        "; the request may still have been applied: read the object before sending it again"
+    } else {
+        ""
+    }
+}
+
 impl ProxyError {
     /// The HTTP status mvproxy answers with.
     pub fn status(&self) -> StatusCode {
@@ -163,10 +186,14 @@ impl ProxyError {
         }
     }
 
-    /// Seconds a client should wait before retrying, for the retryable errors.
+    /// Seconds a client should wait before retrying, for the retryable errors. A write that
+    /// may have been applied is not one: client-go's REST client sends a request again,
+    /// whatever its method, when a `5xx` carries `Retry-After` (k8s.io/client-go
+    /// `rest/with_retry.go`, `IsNextRetry` and `checkWait`), and so would apply it twice.
     fn retry_after(&self) -> Option<u32> {
         match self {
             Self::BadRequest(_) | Self::ClientBody { .. } | Self::BodyTooLarge { .. } => None,
+            Self::Timeout { written: true, .. } | Self::Transport { written: true, .. } => None,
             _ => Some(1),
         }
     }
@@ -265,6 +292,38 @@ mod tests {
     }
 
     #[test]
+    fn a_write_cut_off_mid_exchange_says_it_may_have_been_applied_and_is_not_offered_a_retry() {
+        let answer = |written| {
+            ProxyError::Transport {
+                upstream: ServerName::from("apiserver-b"),
+                failure: TransportFailure::Other,
+                cause: "connection reset by peer".into(),
+                written,
+            }
+            .to_response()
+        };
+        let write = answer(true);
+        assert_eq!(write.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert!(write.headers().get(header::RETRY_AFTER).is_none());
+        let v: serde_json::Value = serde_json::from_slice(write.body()).unwrap();
+        let msg = v["message"].as_str().unwrap();
+        assert!(
+            msg.contains("apiserver-b")
+                && msg.contains("connection reset by peer")
+                && msg.contains("may still have been applied"),
+            "{msg}"
+        );
+        let unsent = answer(false);
+        assert_eq!(unsent.headers()[header::RETRY_AFTER], "1");
+        let v: serde_json::Value = serde_json::from_slice(unsent.body()).unwrap();
+        let msg = v["message"].as_str().unwrap();
+        assert!(
+            msg.contains("could not be reached") && !msg.contains("applied"),
+            "{msg}"
+        );
+    }
+
+    #[test]
     fn each_error_maps_to_one_code_and_reason() {
         let up = ServerName::from("local");
         let cases = [
@@ -283,6 +342,7 @@ mod tests {
                     upstream: up,
                     failure: TransportFailure::Other,
                     cause: "tls".into(),
+                    written: false,
                 },
                 503,
                 "ServiceUnavailable",

@@ -137,7 +137,8 @@ where
     let requester = app
         .skew_clients
         .observe(&snap, &info, &route, req.headers());
-    let result = respond(&app, &snap, &span, &info, &route, req).await;
+    // The peer that answered, or failed last: after a fail-over not the one first chosen.
+    let (result, peer) = respond(&app, &snap, &span, &info, &route, req).await;
     if let (Some(requester), Ok(resp)) = (requester, &result) {
         app.skew_clients
             .answered(&snap, &info, requester, resp.headers());
@@ -161,39 +162,45 @@ where
     // 4. record
     spans::responded(&span, resp.status(), 500);
     let took = start.elapsed();
-    record(
-        &app.metrics,
-        &method,
-        &info,
-        &route,
-        resp.status(),
+    let answered = Answered {
+        status: resp.status(),
         took,
-        &span,
-    );
-    log_request(&span, &route, &method, path, resp.status(), took);
+        peer,
+    };
+    record(&app.metrics, &method, &info, &route, &answered, &span);
+    log_request(&span, &route, peer, &method, path, resp.status(), took);
     span.end();
     resp
 }
 
-/// Step 3: where the decision sends the request.
-async fn respond<B>(
+/// Step 3: where the decision sends the request; for a peer-routed one, also the peer that
+/// answered it (or failed last).
+async fn respond<'a, B>(
     app: &App,
-    snap: &Arc<Snapshot>,
+    snap: &'a Arc<Snapshot>,
     span: &RequestSpan,
     info: &RequestInfo,
-    route: &Route,
+    route: &'a Route,
     req: Request<B>,
-) -> Result<Response<Body>, ProxyError>
+) -> (Result<Response<Body>, ProxyError>, Option<&'a ServerName>)
 where
     B: ClientBody,
     B::Error: Into<BoxError>,
 {
-    let (req, body_limit) = limits::limit_body(req, info, app.limits.max_request_body_bytes)?;
+    let mut peer = None;
+    let (req, body_limit) = match limits::limit_body(req, info, app.limits.max_request_body_bytes) {
+        Ok(limited) => limited,
+        Err(e) => return (Err(e), peer),
+    };
     let result = match route {
         Route::Local(_) => forward(&app.local, req, span, info, None)
             .await
             .map_err(|f| f.error),
-        Route::Peer(name) => forward_to_peers(app, snap, span, info, name, req).await,
+        Route::Peer(name) => {
+            let (result, last) = forward_to_peers(app, snap, span, info, name, req).await;
+            peer = Some(last);
+            result
+        }
         Route::Discovery(format) => {
             match merged_discovery(app, snap, span, *format, req.headers()) {
                 Some(resp) => Ok(resp),
@@ -216,7 +223,7 @@ where
         }
         Route::Unavailable(e) => Err(e.clone()),
     };
-    body_limit.explain(result)
+    (body_limit.explain(result), peer)
 }
 
 /// A peer-routed request: to `first`, and when a peer cannot be reached, or does not answer
@@ -226,22 +233,22 @@ where
 /// could be made), whatever it is; after it was written, only when it cannot change anything
 /// and has no body (`GET`, `HEAD`, `OPTIONS`, `TRACE`, as the pools' own replays decide,
 /// `crate::upstream::h1pool`): a write may have been applied by the server that failed, and must not be
-/// sent twice.
-async fn forward_to_peers<B>(
+/// sent twice. Returns the last peer tried with its answer.
+async fn forward_to_peers<'a, B>(
     app: &App,
-    snap: &Snapshot,
+    snap: &'a Snapshot,
     span: &RequestSpan,
     info: &RequestInfo,
-    first: &ServerName,
+    first: &'a ServerName,
     req: Request<LimitedBody<B>>,
-) -> Result<Response<Body>, ProxyError>
+) -> (Result<Response<Body>, ProxyError>, &'a ServerName)
 where
     B: ClientBody,
     B::Error: Into<BoxError>,
 {
     let mut req: Request<Body> = req.map(|b| b.map_err(Into::into).boxed());
     // The other servers it may go to: those up that serve the resource.
-    let mut others: Vec<&ServerName> = match info {
+    let mut others: Vec<&'a ServerName> = match info {
         RequestInfo::Resource(r) => snap
             .serving(&r.gvr)
             .map(|s| s.up.iter().filter(|p| *p != first).collect())
@@ -256,25 +263,28 @@ where
     let mut name = first;
     loop {
         // The snapshot that chose the peer knows how to reach it.
-        let peer = snap
-            .upstream(name)
-            .ok_or_else(|| ProxyError::PeerUpstreamMissing { peer: name.clone() })?;
+        let Some(peer) = snap.upstream(name) else {
+            return (
+                Err(ProxyError::PeerUpstreamMissing { peer: name.clone() }),
+                name,
+            );
+        };
         let failed = match forward(peer, req, span, info, Some(name)).await {
-            Ok(resp) => return Ok(resp),
+            Ok(resp) => return (Ok(resp), name),
             Err(failed) => failed,
         };
         if !matches!(
             failed.error,
             ProxyError::Transport { .. } | ProxyError::Timeout { .. }
         ) {
-            return Err(failed.error);
+            return (Err(failed.error), name);
         }
         app.cache.suspect(name, &failed.error);
         let again = failed
             .unsent
             .or_else(|| replay.as_ref().map(|h| rebuild(h)));
         let (Some(again), false) = (again, others.is_empty()) else {
-            return Err(failed.error);
+            return (Err(failed.error), name);
         };
         let next = others.swap_remove(fastrand::usize(..others.len()));
         tracing::info!(peer = %name, next = %next, cause = %failed.error, "peer failed; the request goes to another server that serves it");
@@ -343,13 +353,14 @@ fn end_watches_cleanly(
 fn log_request(
     span: &RequestSpan,
     route: &Route,
+    peer: Option<&ServerName>,
     method: &Method,
     path: &str,
     status: StatusCode,
     took: Duration,
 ) {
     let peer = match route {
-        Route::Peer(peer) => Some(peer),
+        Route::Peer(_) => peer,
         Route::Unavailable(_) => return,
         _ if tracing::enabled!(tracing::Level::DEBUG) => None,
         _ => return,
@@ -493,19 +504,25 @@ fn record_proxy_error(metrics: &Metrics, info: &RequestInfo, route: &Route, e: &
     }
 }
 
+/// How a request was answered, for [`record`].
+#[derive(Clone, Copy)]
+struct Answered<'a> {
+    status: StatusCode,
+    took: Duration,
+    /// For a peer-routed request, the peer that answered (or failed last).
+    peer: Option<&'a ServerName>,
+}
+
 fn record(
     metrics: &Metrics,
     method: &Method,
     info: &RequestInfo,
     route: &Route,
-    status: StatusCode,
-    took: Duration,
+    answered: &Answered<'_>,
     span: &RequestSpan,
 ) {
-    let peer = match route {
-        Route::Peer(p) => p.as_str(),
-        _ => "",
-    };
+    let Answered { status, took, peer } = *answered;
+    let peer = peer.map_or("", |p| p.as_str());
     if let Route::Peer(_) = route {
         let (group, version, resource) = gvr_labels(info);
         metrics

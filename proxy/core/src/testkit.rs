@@ -78,6 +78,7 @@ pub(crate) fn fetch_failed(server: &str, cause: &str) -> RefreshError {
             upstream: server.into(),
             failure: TransportFailure::Other,
             cause: cause.to_owned(),
+            written: false,
         },
     })
 }

@@ -45,8 +45,8 @@ use h2pool::{H2Pool, UpstreamBody};
 use hop::tunnel;
 pub use hop::{is_upgrade, strip_hop_by_hop};
 pub(crate) use resolve::Connector;
-pub use resolve::ResolveError;
 use resolve::Resolver;
+pub use resolve::{DialTimeout, ResolveError};
 
 /// The loop-guard header upstream sets on the peer hop.
 pub const PEER_PROXIED: &str = "x-kubernetes-peer-proxied";
@@ -110,7 +110,7 @@ pub struct ClientSettings {
     pub tls: Option<rustls::ClientConfig>,
     /// SNI and verified name for TLS upstreams; `None` uses the URL's host.
     pub server_name: Option<String>,
-    /// For a TCP connection.
+    /// For a connection: the TCP connect and the TLS handshake.
     pub connect_timeout: Duration,
     /// `tls` does not verify certificates (`--insecure-skip-tls-verify`): every failure to
     /// reach the upstream logs a warning saying so.
@@ -230,7 +230,10 @@ impl Upstream {
             }
             None => builder,
         };
-        let connector = builder.enable_http1().wrap_connector(http.clone());
+        let connector = Connector::new(
+            builder.enable_http1().wrap_connector(http.clone()),
+            settings.connect_timeout,
+        );
         let h2 = if base.scheme_str() == Some("https") {
             let builder = HttpsConnectorBuilder::new()
                 .with_tls_config(tls)
@@ -241,7 +244,10 @@ impl Upstream {
             };
             // ALPN offers h2 then http/1.1; the server chooses.
             Some(Arc::new(H2Pool::new(
-                builder.enable_all_versions().wrap_connector(http),
+                Connector::new(
+                    builder.enable_all_versions().wrap_connector(http),
+                    settings.connect_timeout,
+                ),
                 replays.http2,
             )))
         } else {
@@ -369,6 +375,7 @@ impl Upstream {
                 upstream: self.name.clone(),
                 failure: TransportFailure::Other,
                 cause: format!("reading {path}: {}", causes(e.as_ref())),
+                written: false,
             })?
             .to_bytes())
     }
@@ -389,7 +396,8 @@ impl Upstream {
     }
 
     async fn send(&self, req: Request<Body>) -> Result<Response<UpstreamBody>, Failed> {
-        let written = !is_safe(req.method());
+        // A failure after some of it was handed over may leave it applied.
+        let may_change = !is_safe(req.method());
         match tokio::time::timeout(self.response_header_timeout, self.send_on_pool(req)).await {
             Ok(Ok(resp)) => Ok(resp),
             Ok(Err(SendError { cause, unsent })) => {
@@ -407,6 +415,7 @@ impl Upstream {
                         upstream: self.name.clone(),
                         failure: transport_failure(cause.as_ref()),
                         cause: causes(cause.as_ref()),
+                        written: may_change && unsent.is_none(),
                     },
                     unsent,
                 })
@@ -415,7 +424,7 @@ impl Upstream {
                 error: ProxyError::Timeout {
                     upstream: self.name.clone(),
                     seconds: self.response_header_timeout.as_secs().max(1),
-                    written,
+                    written: may_change,
                 },
                 unsent: None,
             }),
@@ -467,6 +476,15 @@ impl Upstream {
         match &self.h2 {
             Some(h2) => h2.connections().await,
             None => 0,
+        }
+    }
+
+    /// Calls `hung` with the cause whenever an HTTP/2 connection to this upstream is closed
+    /// because its `PING` went unanswered (`crate::upstream::h2pool`), whatever was in
+    /// flight on it. Set once.
+    pub(crate) fn on_connection_hung(&self, hung: impl Fn(String) + Send + Sync + 'static) {
+        if let Some(h2) = &self.h2 {
+            h2.on_hung(Box::new(hung));
         }
     }
 

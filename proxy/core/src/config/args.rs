@@ -117,8 +117,8 @@ pub struct ServeArgs {
     /// Seconds between discovery refreshes of each server
     #[arg(long, help = with_default("Seconds between discovery refreshes of each server", defaults::REFRESH_INTERVAL.as_secs()))]
     pub refresh_interval_seconds: Option<u64>,
-    /// Seconds to wait for a TCP connection to an upstream
-    #[arg(long, help = with_default("Seconds to wait for a TCP connection to an upstream", defaults::CONNECT_TIMEOUT.as_secs()))]
+    /// Seconds to wait for a connection to an upstream (TCP connect and TLS handshake)
+    #[arg(long, help = with_default("Seconds to wait for a connection to an upstream (TCP connect and TLS handshake)", defaults::CONNECT_TIMEOUT.as_secs()))]
     pub connect_timeout_seconds: Option<u64>,
     /// Seconds to wait for an upstream's response headers
     #[arg(long, help = with_default("Seconds to wait for an upstream's response headers", defaults::RESPONSE_HEADER_TIMEOUT.as_secs()))]

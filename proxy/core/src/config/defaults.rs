@@ -26,8 +26,12 @@ pub const SERVER_ID: &str = "local";
 pub const PEER_SERVER_NAME: &str = "kubernetes.default.svc";
 /// `--refresh-interval-seconds`.
 pub const REFRESH_INTERVAL: Duration = Duration::from_secs(30);
-/// `--connect-timeout-seconds`.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// `--connect-timeout-seconds`: the TCP connect and the TLS handshake. One second, so that a
+/// server whose address drops packets, or that accepts and then hangs, is given up (and the
+/// request sent to another server that serves it) within a second; a connection between the
+/// servers of one control plane takes milliseconds. A lost SYN is not sent again in that time
+/// (Linux resends it after one second), so an attempt that meets one fails over too.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 /// `--response-header-timeout-seconds`: kube-apiserver's own request timeout.
 pub const RESPONSE_HEADER_TIMEOUT: Duration = Duration::from_secs(60);
 /// `--tls-reload-interval-seconds`.

@@ -35,7 +35,7 @@ fn defaults_for_a_minimal_config() {
         c.timing,
         Timing {
             refresh_interval: Duration::from_secs(30),
-            connect_timeout: Duration::from_secs(5),
+            connect_timeout: Duration::from_secs(1),
             response_header_timeout: Duration::from_secs(60),
             tls_reload_interval: Duration::from_secs(10),
         }

@@ -428,6 +428,7 @@ mod tests {
                 failure,
                 // the words do not decide: only the failure's type does
                 cause: "dns error: failed to lookup address information".to_owned(),
+                written: false,
             },
         };
         assert_eq!(

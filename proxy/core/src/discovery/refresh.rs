@@ -23,7 +23,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::fetch::{FetchError, fetch};
 use super::snapshot::{GroupVersion, ServerState, ServerView, Snapshot};
-use crate::error::ProxyError;
+use crate::error::{ProxyError, TransportFailure};
 use crate::plumbing::ServerName;
 use crate::upstream::{Upstream, UpstreamError};
 
@@ -263,6 +263,21 @@ impl Cache {
                     continue;
                 }
             };
+            // A connection to it given up on an unanswered PING marks it, even when only
+            // watches were on it (no request fails that would).
+            let cache = Arc::downgrade(self);
+            let peer = name.clone();
+            upstream.on_connection_hung(move |cause| {
+                if let Some(cache) = cache.upgrade() {
+                    let error = ProxyError::Transport {
+                        upstream: peer.clone(),
+                        failure: TransportFailure::Other,
+                        cause,
+                        written: false,
+                    };
+                    cache.suspect(&peer, &error);
+                }
+            });
             tracing::info!(peer = %name, url = %spec.url, "peer joined");
             state
                 .servers

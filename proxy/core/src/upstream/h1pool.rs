@@ -61,7 +61,6 @@ use hyper_util::rt::TokioIo;
 use prometheus_client::metrics::counter::Counter;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
-use tower_service::Service;
 
 use crate::plumbing::{Body, BoxError, empty};
 
@@ -283,7 +282,7 @@ impl H1Pool {
         base: &Uri,
         req: Request<Body>,
     ) -> Result<Response<Incoming>, BoxError> {
-        let io = self.connector.clone().call(base.clone()).await?;
+        let io = self.connector.dial(base).await?;
         let (mut send, conn) = http1::Builder::new().handshake(io).await?;
         tokio::spawn(async move {
             if let Err(e) = conn.with_upgrades().await {
@@ -295,7 +294,7 @@ impl H1Pool {
     }
 
     async fn connect(&self, base: &Uri) -> Result<Box<Driven>, BoxError> {
-        let io = self.connector.clone().call(base.clone()).await?;
+        let io = self.connector.dial(base).await?;
         let has_read = Arc::new(AtomicBool::new(false));
         let io = TokioIo::new(ReadFlaggingIo {
             io: TokioIo::new(io),

@@ -44,6 +44,22 @@
 //! server refuses it, and keeping every body for a rare refusal would cost memory on every
 //! write, so its refusal reaches the client (`503`).
 //!
+//! A server that stops answering (a stopped or wedged process, an address whose packets are
+//! dropped) would hold every request sent on its connections until the response-header
+//! timeout. So a connection with requests or response bodies in flight is checked with
+//! `PING`s: when nothing has been read on it for [`KEEP_ALIVE_INTERVAL`], a `PING` is sent, and
+//! when its `ACK` does not arrive within [`KEEP_ALIVE_TIMEOUT`] the connection is closed, its
+//! requests fail (a transport failure, which the caller may send elsewhere) and its response
+//! bodies end. This is Go's `ReadIdleTimeout` and `PingTimeout` (golang.org/x/net
+//! `http2/transport.go`, `(*ClientConn).healthCheck`), with hyper's `keep_alive_interval` and
+//! `keep_alive_timeout`. Unlike Go's, a connection without anything in flight is not pinged
+//! (`keep_alive_while_idle` off): nothing waits on it, and the first request on it sends a
+//! `PING` at once, its last read being older than the interval.
+//! A server that answers `PING`s keeps its connections whatever its requests wait for: a watch
+//! with no events, a slow list. A connection given up so is reported to the pool's owner
+//! ([`H2Pool::on_hung`]) even when only response bodies (watches) were in flight, which end
+//! without a request failing that would tell.
+//!
 //! A request that hyper hands back unsent, because its connection closed before hyper took it
 //! (Go's `errClientConnUnusable`), goes to another connection whatever its body. That spends no
 //! replay when the connection came from the pool (a pooled connection may close at any time,
@@ -53,6 +69,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Request, Response, Uri};
@@ -63,7 +80,6 @@ use hyper_util::client::legacy::connect::Connection;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use prometheus_client::metrics::counter::Counter;
 use tokio::sync::watch;
-use tower_service::Service;
 
 use crate::plumbing::{Body, BoxError, empty};
 
@@ -73,9 +89,25 @@ use crate::upstream::h1pool::{CheckedOutConn, head_of};
 /// Requests in flight on one upstream connection before another is opened.
 pub(crate) const MAX_STREAMS: usize = 100;
 
+/// How long nothing may be read on a connection with requests in flight before a `PING`
+/// asks the server whether it is still there (see the module doc).
+pub(crate) const KEEP_ALIVE_INTERVAL: Duration = Duration::from_millis(500);
+
+/// How long a `PING` may wait for its `ACK` before the connection is given up. With
+/// [`KEEP_ALIVE_INTERVAL`], a server that stops answering is noticed within a second of its
+/// last frame; one that answers later than this (a round trip over half a second) is taken
+/// for one that does not.
+pub(crate) const KEEP_ALIVE_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// Told, with the cause in words, that a connection was closed because its `PING` went
+/// unanswered.
+pub(crate) type HungHook = Box<dyn Fn(String) + Send + Sync>;
+
 /// The HTTP/2 connections to one upstream.
 pub(crate) struct H2Pool {
     connector: Connector,
+    /// Set once by the pool's owner; read by each connection's task when it ends.
+    hung: Arc<std::sync::OnceLock<HungHook>>,
     /// Never held across an await: a request that finds room on an open connection never
     /// waits for another being made (to a server that may not answer).
     conns: std::sync::Mutex<Conns>,
@@ -160,9 +192,16 @@ impl H2Pool {
         Self {
             connector,
             replays,
+            hung: Arc::default(),
             conns: std::sync::Mutex::new(Conns::default()),
             no_h2: AtomicBool::new(false),
         }
+    }
+
+    /// Calls `hung` whenever a connection of this pool is closed because its `PING` went
+    /// unanswered. Set once; a later call is ignored.
+    pub(crate) fn on_hung(&self, hung: HungHook) {
+        let _ = self.hung.set(hung);
     }
 
     /// Whether the upstream is known not to speak HTTP/2.
@@ -259,18 +298,28 @@ impl H2Pool {
 
     /// A new connection; `None` when the upstream chose HTTP/1.1.
     async fn connect(&self, base: &Uri) -> Result<Option<Conn>, BoxError> {
-        let io = self.connector.clone().call(base.clone()).await?;
+        let io = self.connector.dial(base).await?;
         if !io.connected().is_negotiated_h2() {
             self.no_h2.store(true, Ordering::Relaxed);
             return Ok(None);
         }
         let (send, conn) = http2::Builder::new(TokioExecutor::new())
             .timer(TokioTimer::new())
+            .keep_alive_interval(KEEP_ALIVE_INTERVAL)
+            .keep_alive_timeout(KEEP_ALIVE_TIMEOUT)
+            .keep_alive_while_idle(false)
             .handshake(io)
             .await?;
+        let hung = self.hung.clone();
         tokio::spawn(async move {
             if let Err(e) = conn.await {
                 tracing::debug!(error = %e, "upstream HTTP/2 connection closed");
+                // hyper's keep-alive failure is the only timeout of a connection's own.
+                if e.is_timeout()
+                    && let Some(hung) = hung.get()
+                {
+                    hung(crate::plumbing::causes(&e));
+                }
             }
         });
         Ok(Some(Conn {

@@ -331,6 +331,7 @@ async fn a_suspect_peer_is_out_of_the_routing_until_a_probe_succeeds() {
         upstream: "b".into(),
         failure: crate::error::TransportFailure::Other,
         cause: "tcp connect error: Connection refused".into(),
+        written: false,
     };
 
     cache.suspect(&"b".into(), &refused);

@@ -48,6 +48,11 @@ enum Act {
     /// shutdown) and a `PING`, whose `ACK` (written by the client after it has read the
     /// `GOAWAY`) is reported on `pinged`.
     AnswerThenGoAway,
+    /// Nothing, and nothing more on this connection: it is neither read nor written again,
+    /// its `PING`s unanswered (a stopped process, a dropped address), though it stays open.
+    Freeze,
+    /// `200` at once, its body never sent (a watch without events), and then [`Act::Freeze`].
+    HeadThenFreeze,
 }
 
 /// An HTTP/2 upstream over TLS on loopback, frames written by hand so that it can say
@@ -62,6 +67,8 @@ struct Server {
     arrived: tokio::sync::mpsc::UnboundedReceiver<(usize, u32)>,
     /// One message (connection) per `PING` acknowledged.
     pinged: tokio::sync::mpsc::UnboundedReceiver<usize>,
+    /// One message (connection) per `PING` the client sent.
+    pings: tokio::sync::mpsc::UnboundedReceiver<usize>,
     release: tokio::sync::watch::Sender<bool>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -76,6 +83,7 @@ async fn server(script: Vec<Vec<Act>>) -> Server {
     let (arrive, arrived) = tokio::sync::mpsc::unbounded_channel();
     let (release, released) = tokio::sync::watch::channel(false);
     let (ack, pinged) = tokio::sync::mpsc::unbounded_channel();
+    let (ping, pings) = tokio::sync::mpsc::unbounded_channel();
     let s = streams.clone();
     let task = tokio::spawn(async move {
         while let Ok((tcp, _)) = listener.accept().await {
@@ -89,6 +97,7 @@ async fn server(script: Vec<Vec<Act>>) -> Server {
             let events = Events {
                 arrive: arrive.clone(),
                 ack: ack.clone(),
+                ping: ping.clone(),
                 released: released.clone(),
             };
             tokio::spawn(async move {
@@ -104,6 +113,7 @@ async fn server(script: Vec<Vec<Act>>) -> Server {
         streams,
         arrived,
         pinged,
+        pings,
         release,
         task,
     }
@@ -113,6 +123,7 @@ async fn server(script: Vec<Vec<Act>>) -> Server {
 struct Events {
     arrive: tokio::sync::mpsc::UnboundedSender<(usize, u32)>,
     ack: tokio::sync::mpsc::UnboundedSender<usize>,
+    ping: tokio::sync::mpsc::UnboundedSender<usize>,
     released: tokio::sync::watch::Receiver<bool>,
 }
 
@@ -167,7 +178,10 @@ async fn serve_conn(
         }
         match kind {
             SETTINGS if flags & ACK == 0 => write(&wr, &frame(SETTINGS, ACK, 0, &[])).await,
-            PING if flags & ACK == 0 => write(&wr, &frame(PING, ACK, 0, &payload)).await,
+            PING if flags & ACK == 0 => {
+                let _ = events.ping.send(conn);
+                write(&wr, &frame(PING, ACK, 0, &payload)).await;
+            }
             PING => {
                 let _ = events.ack.send(conn);
             }
@@ -191,6 +205,18 @@ async fn serve_conn(
                         });
                     }
                     Act::Silent => {}
+                    Act::Freeze => {
+                        // held open, never read again, until the test ends
+                        let _held = (rd, wr);
+                        std::future::pending::<()>().await;
+                        return;
+                    }
+                    Act::HeadThenFreeze => {
+                        write(&wr, &frame(HEADERS, END_HEADERS, id, STATUS_200)).await;
+                        let _held = (rd, wr);
+                        std::future::pending::<()>().await;
+                        return;
+                    }
                     Act::GoAwayBelow => {
                         write(&wr, &go_away(id.saturating_sub(2), NO_ERROR)).await;
                     }
@@ -484,5 +510,73 @@ async fn a_request_its_pooled_connection_hands_back_unsent_goes_to_another_unrep
     let resp = pool.send(&server.url, second, get()).await.unwrap();
     assert_eq!(resp.status(), StatusCode::OK);
     assert_eq!(streams(&server), [vec![1], vec![1], vec![1]]);
+    server.task.abort();
+}
+
+#[tokio::test]
+async fn a_connection_whose_ping_goes_unanswered_fails_its_request_without_waiting_for_the_timeout()
+{
+    let server = server(vec![vec![Act::Answer, Act::Freeze], vec![Act::Answer]]).await;
+    let up = upstream(&server);
+    ok(&up, "/api/v1/pods").await;
+    // The server stops as the second GET reaches it. The response-header timeout (10 s) is not
+    // what ends it: the unanswered PING is, and says so.
+    fails(&up, "/api/v1/pods", "keep-alive timed out").await;
+    // The frozen connection is given up: the next request is answered on a new one.
+    ok(&up, "/api/v1/pods").await;
+    assert_eq!(streams(&server), [vec![1, 3], vec![1]]);
+    server.task.abort();
+}
+
+#[tokio::test]
+async fn a_response_that_waits_on_a_server_answering_pings_is_not_cut_off() {
+    let mut server = server(vec![vec![Act::Hold]]).await;
+    let up = upstream(&server);
+    let resp = up
+        .get_response("/api/v1/pods?watch=true", "application/json")
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    // Nothing arrives on the body for several PING rounds (a watch without events); each PING
+    // is answered, so the connection is kept.
+    for _ in 0..3 {
+        assert_eq!(server.pings.recv().await, Some(0));
+    }
+    server.release.send_replace(true);
+    let body = up.collect("/api/v1/pods", resp.into_body(), 1024).await;
+    assert_eq!(body.unwrap(), &b"ok"[..]);
+    assert_eq!(up.http2_connections().await, 1);
+    server.task.abort();
+}
+
+#[tokio::test]
+async fn a_dial_whose_tls_handshake_hangs_fails_within_the_connect_timeout() {
+    let (url, _accepted) = silent().await;
+    let (_, ca) = crate::testkit::tls_acceptor(&[b"h2"]);
+    let up = crate::testkit::tls_upstream(&url, ca);
+    // The server completes TCP and never answers the TLS handshake (a stopped process): the
+    // connect timeout (5 s) ends the dial, not the response-header timeout (10 s).
+    fails(&up, "/api/v1/pods", "no connection within 5s").await;
+}
+
+#[tokio::test]
+async fn a_connection_with_only_a_watch_on_it_whose_ping_goes_unanswered_is_reported() {
+    let server = server(vec![vec![Act::HeadThenFreeze]]).await;
+    let up = upstream(&server);
+    let (tx, mut hung) = tokio::sync::mpsc::unbounded_channel();
+    up.on_connection_hung(move |cause| {
+        let _ = tx.send(cause);
+    });
+    // The watch's head arrived; then the server stops. No request waits for its head, so
+    // none fails: the pool's owner is told all the same, and the watch ends.
+    let resp = up
+        .get_response("/api/v1/pods?watch=true", "application/json")
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let cause = hung.recv().await.unwrap();
+    assert!(cause.contains("keep-alive timed out"), "{cause}");
+    let body = up.collect("/api/v1/pods", resp.into_body(), 1024).await;
+    assert!(body.is_err(), "{body:?}");
     server.task.abort();
 }
