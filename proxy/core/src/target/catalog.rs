@@ -14,6 +14,7 @@ use super::{Surface, TargetError};
 
 /// Every release of the catalog, oldest first, with its file.
 const RELEASES: &[(&str, &str)] = &[
+    ("1.34", include_str!("catalog/1.34.json")),
     ("1.35", include_str!("catalog/1.35.json")),
     ("1.36", include_str!("catalog/1.36.json")),
 ];
