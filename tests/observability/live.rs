@@ -47,11 +47,10 @@ async fn dashboards_and_rules_match_a_live_scrape_and_real_prometheus_answers_th
         healthy_traffic(&c).await;
         tokio::time::sleep(Duration::from_millis(700)).await;
     }
-    // The deprecated API once more after Prometheus has scraped its first count: increase()
-    // needs two samples of a series (the peer-down phase below, which keeps the other tables
-    // growing, gets no warning: its server is gone).
-    for _ in 0..2 {
-        tokio::time::sleep(Duration::from_millis(1200)).await;
+    // The deprecated API again until Prometheus has two different counts of it: increase()
+    // needs both, and the peer-down phase below, which keeps the other tables growing, gets no
+    // warning (its server is gone). Bounded: at most 30 requests, 1.2 s apart.
+    for attempt in 0.. {
         let r = get(&format!("{}{FLOWSCHEMAS_V1BETA3}", c.proxy_a.url()), &[])
             .await
             .expect("deprecated API");
@@ -59,6 +58,18 @@ async fn dashboards_and_rules_match_a_live_scrape_and_real_prometheus_answers_th
         assert!(
             r.header("warning").contains("is deprecated"),
             "the warning reaches the client: {r:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(1200)).await;
+        if !prom
+            .query("increase(mvproxy_deprecated_requests_total[5m]) > 0")
+            .await
+            .is_empty()
+        {
+            break;
+        }
+        assert!(
+            attempt < 30,
+            "Prometheus never saw the deprecated requests grow"
         );
     }
     let scrape_b = get(&format!("{}/metrics", c.proxy_b.admin_url()), &[])
