@@ -18,12 +18,37 @@ impl Cluster {
     /// address before either starts.
     pub async fn start() -> Cluster {
         let (a, b) = standins().await;
+        Self::in_process(a, b, &[]).await
+    }
+
+    /// As [`Cluster::start`], rehearsing an upgrade to 1.36: both proxies run with
+    /// `--target-release 1.36`, and `apiserver-b` (1.31) warns about
+    /// `flowcontrol.apiserver.k8s.io/v1beta3` as kube-apiserver 1.31 does.
+    pub async fn start_rehearsal() -> Cluster {
+        let a = standin_release("apiserver-a", &apis_134(), "v1.34.0").await;
+        let b = StandIn::new("apiserver-b", &apis_131())
+            .expect("fixture parses")
+            .git_version("v1.31.0")
+            .deprecation_warning(
+                "flowcontrol.apiserver.k8s.io/v1beta3",
+                "flowcontrol.apiserver.k8s.io/v1beta3 FlowSchema is deprecated in v1.29+, unavailable in v1.32+; use flowcontrol.apiserver.k8s.io/v1 FlowSchema",
+            )
+            .start("127.0.0.1:0".parse().expect("addr"))
+            .await
+            .expect("stand-in starts");
+        Self::in_process(a, b, &["--target-release", "1.36"]).await
+    }
+
+    async fn in_process(a: StandInRunning, b: StandInRunning, extra: &[&str]) -> Cluster {
         let (sockets_a, sockets_b) = (bind_sockets().await, bind_sockets().await);
         let url =
             |s: &mvproxy_core::app::Sockets| format!("http://{}", s.proxy.local_addr().unwrap());
         let (url_a, url_b) = (url(&sockets_a), url(&sockets_b));
-        let args_a = proxy_args("apiserver-a", &a.url(), &[("apiserver-b", &url_b)]);
-        let args_b = proxy_args("apiserver-b", &b.url(), &[("apiserver-a", &url_a)]);
+        let mut args_a = proxy_args("apiserver-a", &a.url(), &[("apiserver-b", &url_b)]);
+        let mut args_b = proxy_args("apiserver-b", &b.url(), &[("apiserver-a", &url_a)]);
+        for args in [&mut args_a, &mut args_b] {
+            args.extend(extra.iter().map(|s| (*s).to_owned()));
+        }
         let proxy_a = Proxy::in_process(sockets_a, &args_a).await;
         let proxy_b = Proxy::in_process(sockets_b, &args_b).await;
         Self::ready(a, b, proxy_a, proxy_b, None).await

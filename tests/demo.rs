@@ -222,6 +222,35 @@ fn a_short_rehearsal_reconciles_with_the_proxies_metrics() {
         n(&total["proxies"]["skew_requests_total"])
     );
 
+    // Before the upgrade: during all-old the proxies, told 1.34 as their target, counted the
+    // operator's flowcontrol v1beta3 requests (1.34 does not serve it) and nothing 1.34
+    // serves; after the upgrade exactly those requests got 404s.
+    let before = &report["before_upgrade"];
+    assert_eq!(before["target"], "v1.34.0-demo", "{before:#}");
+    assert_eq!(before["held"], true, "{before:#}");
+    let rows = before["rows"].as_array().unwrap();
+    let operator_rows: Vec<&Value> = rows
+        .iter()
+        .filter(|r| r["client"] == "flowschema-tuner")
+        .collect();
+    assert!(!operator_rows.is_empty(), "{before:#}");
+    for r in rows {
+        let gvr = r["gvr"].as_str().unwrap();
+        assert!(
+            !common.contains(&gvr.to_owned()),
+            "{gvr} is served by 1.34 yet predicted or broken: {r:#}"
+        );
+        assert_eq!(n(&r["predicted"]), n(&r["sent_before"]), "{r:#}");
+        if n(&r["sent_after"]) > 0 {
+            assert_eq!(n(&r["not_found_after"]), n(&r["sent_after"]), "{r:#}");
+        }
+    }
+    assert!(
+        rows.iter()
+            .any(|r| n(&r["predicted"]) > 0 && n(&r["sent_after"]) > 0),
+        "some predicted client and GVR was sent again after the upgrade: {before:#}"
+    );
+
     // The run sent exactly the planned sequence.
     let plan = demo(&["--duration", SHORT, "--seed", "1", "--plan-only"]);
     let digest = report["workload"]["digest"].as_str().unwrap();

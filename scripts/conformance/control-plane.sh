@@ -574,6 +574,7 @@ for p in sys.argv[5:7]:
             for r in v.get("resources", []):
                 scope[f"{name}/{v['version']}/{r['resource']}"] = r["scope"]
 common = ["core/v1/pods", "core/v1/configmaps", "core/v1/namespaces", "apps/v1/deployments",
+          "core/v1/componentstatuses",
           "coordination.k8s.io/v1/leases", "rbac.authorization.k8s.io/v1/roles"]
 def path(gvr):
     g, v, r = gvr.split("/")
@@ -637,6 +638,97 @@ mvp_stop_clean() {
 # while their real API servers restart under load (the chaos soak's stand-ins made real).
 restart_node b "$B_IP" "$OLD" ""
 sleep 6
+
+# ---- before the upgrade: which clients will 1.36 break? (mvproxy readiness) ------------------
+# A' and B' restart told the target, --target-release 1.36 (the catalog: what 1.36 serves
+# with its default runtime config), with both API servers on $OLD. Four clients use a few
+# GVRs each: kubectl of two releases (one client name, "kubectl"), a Python client with its
+# own User-Agent, and curl with a ServiceAccount's token. Two GVRs matter:
+#   scheduling.k8s.io/v1alpha1/workloads: served by $OLD here because this control plane turns
+#     every API on (--runtime-config=api/all=true); $NEW serves v1alpha2 instead, so no 1.36
+#     serves v1alpha1, whatever its runtime config;
+#   v1/componentstatuses: every release serves it and warns "v1 ComponentStatus is deprecated
+#     in v1.19+" (no release of removal named).
+# The other GVRs are ones 1.36 serves by default. `mvproxy readiness` must name exactly these
+# clients and GVRs; after the two rolling upgrades below, the GVRs that then got 404s straight
+# from the API servers must be exactly those it said break (readiness-outcome.md).
+for n in mvproxy-a mvproxy-b; do mvp_stop_clean "$n" || record "$n stops for the readiness restart" FAIL "see logs/$n.log"; done
+mvp_start mvproxy-a "$MA_IP" "$A_IP" --server-id apiserver-a --peer "apiserver-b=https://$MB_IP:7443" --target-release 1.36
+mvp_start mvproxy-b "$MB_IP" "$B_IP" --server-id apiserver-b --peer "apiserver-a=https://$MA_IP:7443" --target-release 1.36
+mvp_ready "$MA_IP" && mvp_ready "$MB_IP" && wait_for 30 sh -c "curl -s http://$MA_IP:7543/debug/discovery | jq -e '[.servers[] | select(.up)] | length == 2'" ||
+  record "mvproxy A' and B' with --target-release 1.36 ready" FAIL "see logs/mvproxy-a.log, logs/mvproxy-b.log"
+kc "$kubectl_new" "$CP_DIR/direct-a.kc" apply -f - >/dev/null <<'YAML'
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: auditor, namespace: default}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: auditor}
+rules: [{apiGroups: [""], resources: [componentstatuses, configmaps], verbs: [get, list]}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: auditor}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: auditor}
+subjects: [{kind: ServiceAccount, name: auditor, namespace: default}]
+YAML
+auditor_token=$(kc "$kubectl_new" "$CP_DIR/direct-a.kc" create token auditor -n default --duration 1h)
+readiness_clients() {
+  local ok=0
+  # kubectl (older release) through A': the GVR 1.36 does not serve, and pods.
+  kc "$kubectl_old" "$CP_DIR/via-a.kc" get workloads.v1alpha1.scheduling.k8s.io -n default >/dev/null 2>>"$CP_DIR/logs/kubectl.err" || ok=1
+  kc "$kubectl_old" "$CP_DIR/via-a.kc" get pods -n default >/dev/null 2>>"$CP_DIR/logs/kubectl.err" || ok=1
+  # kubectl (installed release) through B': configmaps, and the deprecated componentstatuses.
+  kc "$kubectl_new" "$CP_DIR/via-b.kc" get configmaps -n default >/dev/null 2>>"$CP_DIR/logs/kubectl.err" || ok=1
+  kc "$kubectl_new" "$CP_DIR/via-b.kc" get componentstatuses >/dev/null 2>>"$CP_DIR/logs/kubectl.err" || ok=1
+  # A Python client with its own User-Agent, through both: deployments and the missing GVR.
+  python3 - "$pki" "$MA_IP" "$MB_IP" <<'PY' || ok=1
+import http.client, ssl, sys
+pki, a, b = sys.argv[1:4]
+ctx = ssl.create_default_context(cafile=f"{pki}/ca.crt")
+ctx.load_cert_chain(f"{pki}/admin.crt", f"{pki}/admin.key")
+for host, path in [(a, "/apis/apps/v1/namespaces/default/deployments"),
+                   (b, "/apis/scheduling.k8s.io/v1alpha1/namespaces/default/workloads"),
+                   (a, "/apis/scheduling.k8s.io/v1alpha1/namespaces/default/workloads")]:
+    c = http.client.HTTPSConnection(host, 7443, context=ctx, timeout=15)
+    c.request("GET", path, headers={"User-Agent": "inventory-sync/2.1.0 (linux/amd64)",
+                                    "Accept": "application/json"})
+    r = c.getresponse()
+    r.read()
+    assert r.status == 200, (path, r.status)
+PY
+  # curl with the ServiceAccount's token (no client certificate) through A'.
+  for path in /api/v1/componentstatuses /api/v1/namespaces/default/configmaps; do
+    [ "$(curl -sS --max-time 15 --cacert "$pki/ca.crt" -H "Authorization: Bearer $auditor_token" -o /dev/null -w '%{http_code}' "https://$MA_IP:7443$path")" = 200 ] || ok=1
+  done
+  return "$ok"
+}
+check "readiness clients: kubectl $("$kubectl_old" version --client -o json 2>/dev/null | jq -r .clientVersion.gitVersion) and $("$kubectl_new" version --client -o json 2>/dev/null | jq -r .clientVersion.gitVersion), inventory-sync (Python), curl (ServiceAccount token)" \
+  "every request answered 200 through A' and B', both API servers on $OLD" readiness_clients
+set +e
+"$MVPROXY" readiness --target 1.36 --proxy "http://$MA_IP:7543" --proxy "http://$MB_IP:7543" --output json >"$out/readiness-before.json" 2>"$CP_DIR/readiness.err"
+readiness_rc=$?
+"$MVPROXY" readiness --target 1.36 --proxy "http://$MA_IP:7543" --proxy "http://$MB_IP:7543" >"$out/readiness-before.txt" 2>>"$CP_DIR/readiness.err"
+set -e
+# (client, kind, GVR) as readiness reports them, core GVRs as core/v1/…
+readiness_rows() {
+  jq -r '.rows[] | "\(.client) \(.kind) \(.gvr | if (split("/") | length) == 2 then "core/" + . else . end)"' "$out/readiness-before.json" | LC_ALL=C sort
+}
+# kubectl names itself after its binary in its User-Agent (client-go's default takes
+# os.Args[0]), so the two releases are two clients: kubectl and kubectl.1.30.
+kold=$(basename "$kubectl_old") knew=$(basename "$kubectl_new")
+LC_ALL=C sort >"$CP_DIR/readiness-want.txt" <<WANT
+curl deprecated core/v1/componentstatuses
+inventory-sync breaks_on_target scheduling.k8s.io/v1alpha1/workloads
+$kold breaks_on_target scheduling.k8s.io/v1alpha1/workloads
+$knew deprecated core/v1/componentstatuses
+WANT
+readiness_exact() {
+  [ "$readiness_rc" = 1 ] && diff <(readiness_rows) "$CP_DIR/readiness-want.txt" >&2
+}
+check "mvproxy readiness --target 1.36 before the upgrade names exactly the clients and GVRs" \
+  "exit $readiness_rc (want 1); $(readiness_rows | tr '\n' ';') (readiness-before.txt)" readiness_exact
 fp_before="A' $(mvp_footprint mvproxy-a), B' $(mvp_footprint mvproxy-b)"
 upgrade mvproxy "https://$MA_IP:7443,https://$MB_IP:7443" ""
 fp_after="A' $(mvp_footprint mvproxy-a), B' $(mvp_footprint mvproxy-b)"
@@ -706,6 +798,50 @@ for label in mvproxy upstream; do
     record "rolling upgrade through upstream's proxy (measured, not a check)" PASS "$f false 404s (upgrade.md)"
   fi
 done
+# ---- the prediction against what the upgrade did -------------------------------------------
+# A GVR broke when its requests were answered in all-old and got 404s (false or true) in a
+# later phase, straight from the API servers (upstream's run) and through mvproxy.
+python3 - "$out/readiness-before.json" "$out/upgrade-upstream.json" "$out/upgrade-mvproxy.json" \
+  "core/v1/pods=$kold" "core/v1/configmaps=$knew,curl" "apps/v1/deployments=inventory-sync" \
+  "core/v1/componentstatuses=$knew,curl" "scheduling.k8s.io/v1alpha1/workloads=$kold,inventory-sync" \
+  >"$out/readiness-outcome.md" 2>"$CP_DIR/outcome.err" <<'PY' || true
+import json, sys
+pred, straight, via = (json.load(open(p)) for p in sys.argv[1:4])
+used = dict(a.split("=", 1) for a in sys.argv[4:])  # GVR -> the clients that sent it
+norm = lambda g: "core/" + g if g.count("/") == 1 else g
+predicted = {}
+for r in pred["rows"]:
+    predicted.setdefault(norm(r["gvr"]), {}).setdefault(r["kind"], set()).add(r["client"])
+def broke(run, gvr):
+    phases = run["by_gvr"].get(gvr, {})
+    before = phases.get("all-old", {})
+    later = [p for p in phases if p not in ("all-old", "pause")]
+    n404 = sum(phases[p].get("false404", 0) + phases[p].get("true404", 0) for p in later)
+    return before.get("ok", 0) > 0 and n404 > 0, n404, sorted(p for p in later if phases[p].get("false404", 0) + phases[p].get("true404", 0))
+print("| GVR | used by | readiness before the upgrade | straight to the API servers | through mvproxy |")
+print("|---|---|---|---|---|")
+bad = []
+for g, users in used.items():
+    kinds = predicted.get(g, {})
+    breaks = "breaks_on_target" in kinds
+    said = [f"breaks on 1.36: {', '.join(sorted(kinds['breaks_on_target']))}"] if breaks else []
+    if "deprecated" in kinds:
+        said.append(f"deprecated: {', '.join(sorted(kinds['deprecated']))}")
+    label = "; ".join(said) or "not listed"
+    b1, n1, p1 = broke(straight, g)
+    b2, n2, p2 = broke(via, g)
+    cell = lambda b, n, p: f"broke: {n} 404s ({', '.join(p)})" if b else "answered"
+    print(f"| `{g}` | {users.replace(',', ', ')} | {label} | {cell(b1, n1, p1)} | {cell(b2, n2, p2)} |")
+    if breaks != b1:
+        bad.append(g)
+print()
+print("mismatch: " + (", ".join(bad) if bad else "none"))
+sys.exit(1 if bad else 0)
+PY
+check "the GVRs that broke straight from the API servers during the upgrade = the ones readiness predicted" \
+  "$(tail -1 "$out/readiness-outcome.md") (readiness-outcome.md)" grep -qx 'mismatch: none' "$out/readiness-outcome.md"
+cat "$out/readiness-outcome.md" >&2
+
 {
   echo "resident memory at the end (KiB):"
   for n in etcd apiserver-a apiserver-b; do echo "  $n $(cp_rss_kib $n)"; done

@@ -179,8 +179,15 @@ def main():
         if r[1] in ("false404", "other", "503"):
             samples.setdefault(f"{r[0]} {r[1]} {r[4]} {r[3]}", 0)
             samples[f"{r[0]} {r[1]} {r[4]} {r[3]}"] += 1
+    # Per GVR and phase, how its requests ended: what a prediction of the clients that would
+    # break is checked against.
+    gvr_of = {g["path"]: g.get("gvr", g["path"]) for g in gvrs}
+    by_gvr = {}
+    for r in results:
+        ph = by_gvr.setdefault(gvr_of.get(r[3], r[3]), {}).setdefault(r[0], {})
+        ph[r[1]] = ph.get(r[1], 0) + 1
     with open(args.json, "w", encoding="utf-8") as f:
-        json.dump({"label": args.label, "phases": table, "failures": samples,
+        json.dump({"label": args.label, "phases": table, "failures": samples, "by_gvr": by_gvr,
                    "median_ms": round(statistics.median([r[2] for r in results]) * 1000, 1) if results else 0},
                   f, indent=1)
 

@@ -265,6 +265,16 @@ pub struct TargetMissingLabels {
     pub target: String,
 }
 
+/// `mvproxy_server_info` labels: a server and the `gitVersion` its `/version` reports (cut to
+/// 64 characters where it is read), so a dashboard can mark each server's version change.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ServerInfoLabels {
+    /// The `server` label (as in `mvproxy_discovery_resources`).
+    pub server: String,
+    /// The `git_version` label.
+    pub git_version: String,
+}
+
 /// `target` label alone (`mvproxy_target_info`).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct TargetLabels {
@@ -354,6 +364,8 @@ pub struct Metrics {
     pub peer_up: Family<PeerLabels, Gauge>,
     /// `mvproxy_discovery_resources`: GVRs each server serves.
     pub discovery_resources: Family<ServerLabels, Gauge>,
+    /// `mvproxy_server_info`: 1 per server, labelled with the `gitVersion` it last reported.
+    pub server_info: Family<ServerInfoLabels, Gauge>,
     /// Requests for a GVR not every server serves, by client and side of the skew.
     pub skew_requests: Family<SkewLabels, Counter>,
     /// Requests for a GVR the target release does not serve, by client.
@@ -390,6 +402,7 @@ impl Metrics {
             peer_fetch_duration: Family::new_with_constructor(fetch_histogram),
             peer_up: Family::default(),
             discovery_resources: Family::default(),
+            server_info: Family::default(),
             skew_requests: Family::default(),
             target_missing_requests: Family::default(),
             target_info: Family::default(),
@@ -482,6 +495,11 @@ impl Metrics {
             "discovery_resources",
             "GVRs each server serves, as last fetched",
             Declared(m.discovery_resources.clone()),
+        );
+        r.register(
+            "server_info",
+            "1 per server, labelled with the gitVersion its /version last reported",
+            Declared(m.server_info.clone()),
         );
         // Counters whose label values are all known start at 0, so a family is on /metrics
         // (with its TYPE line) from the first scrape and increase() sees its first error.
@@ -636,8 +654,9 @@ impl Metrics {
     }
 
     /// Drops every series labelled with `peer` (it left the peer set): its up gauge, its
-    /// fetch-latency histogram and its GVR count.
-    pub fn forget_peer(&self, peer: &str) {
+    /// fetch-latency histogram, its GVR count and its version (`git_version`, the one last
+    /// set with [`Metrics::set_server_version`]).
+    pub fn forget_peer(&self, peer: &str, git_version: Option<&str>) {
         let labels = PeerLabels {
             peer: peer.to_owned(),
         };
@@ -646,6 +665,25 @@ impl Metrics {
         self.discovery_resources.remove(&ServerLabels {
             server: peer.to_owned(),
         });
+        self.set_server_version(peer, git_version, None);
+    }
+
+    /// Moves `server`'s `mvproxy_server_info` series from `was` to `now` (`gitVersion`s):
+    /// the old one goes, so each server has at most one, and a version change shows as one
+    /// series ending and another starting.
+    pub fn set_server_version(&self, server: &str, was: Option<&str>, now: Option<&str>) {
+        let labels = |git_version: &str| ServerInfoLabels {
+            server: server.to_owned(),
+            git_version: git_version.to_owned(),
+        };
+        if was != now
+            && let Some(was) = was
+        {
+            self.server_info.remove(&labels(was));
+        }
+        if let Some(now) = now {
+            self.server_info.get_or_create(&labels(now)).set(1);
+        }
     }
 }
 

@@ -113,7 +113,7 @@ struct Expr {
     legend: String,
 }
 
-/// The PromQL of every dashboard target, variable query and panel, as written.
+/// The PromQL of every dashboard target, annotation and variable query, as written.
 fn dashboard_exprs() -> Vec<Expr> {
     let mut out = Vec::new();
     for rel in DASHBOARDS {
@@ -140,6 +140,21 @@ fn dashboard_exprs() -> Vec<Expr> {
                         legend: t["legendFormat"].as_str().unwrap_or_default().to_owned(),
                     });
                 }
+            }
+        }
+        for (i, a) in d["annotations"]["list"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
+            if let Some(e) = a["expr"].as_str() {
+                out.push(Expr {
+                    origin: format!("{rel} annotation {:?}", a["name"]),
+                    key: format!("check:{stem}:annotation_{i}"),
+                    expr: e.to_owned(),
+                    legend: a["titleFormat"].as_str().unwrap_or_default().to_owned(),
+                });
             }
         }
         for v in d["templating"]["list"].as_array().into_iter().flatten() {

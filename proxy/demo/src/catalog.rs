@@ -185,6 +185,12 @@ pub fn surface(release: Release) -> BTreeSet<Gvr> {
         .collect()
 }
 
+/// The core group's aggregated `/api` document (`apidiscovery.k8s.io/v2`), the same for
+/// both releases.
+pub fn core_list() -> ApiGroupDiscoveryList {
+    ApiGroupDiscoveryList::v2(vec![core_group()])
+}
+
 /// The stand-in's core group in mvproxy's types. The stand-in shares no code with mvproxy, so
 /// its documents have types of their own; both read the same wire format.
 fn core_group() -> ApiGroupDiscovery {

@@ -36,6 +36,9 @@ pub(crate) struct Scrape {
     pub(crate) merge_count: u64,
     /// `mvproxy_skew_requests_total`, by (`client`, GVR, `side`).
     pub(crate) skew: BTreeMap<SkewKey, u64>,
+    /// `mvproxy_target_missing_requests_total`, by (`client`, GVR), summed over `target` (the
+    /// demo's proxies have one).
+    pub(crate) target_missing: BTreeMap<(String, String), u64>,
 }
 
 /// A series of `mvproxy_skew_requests_total`: client, GVR (`group/version/resource`), side.
@@ -65,6 +68,9 @@ impl Scrape {
         add_buckets(&mut self.merge_buckets, &other.merge_buckets);
         for (k, v) in &other.skew {
             *self.skew.entry(k.clone()).or_default() += v;
+        }
+        for (k, v) in &other.target_missing {
+            *self.target_missing.entry(k.clone()).or_default() += v;
         }
     }
 
@@ -114,6 +120,15 @@ impl Scrape {
                         k.clone(),
                         v.saturating_sub(earlier.skew.get(k).copied().unwrap_or(0)),
                     )
+                })
+                .filter(|(_, v)| *v > 0)
+                .collect(),
+            target_missing: self
+                .target_missing
+                .iter()
+                .map(|(k, v)| {
+                    let before = earlier.target_missing.get(k).copied().unwrap_or(0);
+                    (k.clone(), v.saturating_sub(before))
                 })
                 .filter(|(_, v)| *v > 0)
                 .collect(),
@@ -208,6 +223,17 @@ pub(crate) fn parse(text: &str) -> Scrape {
                     sample.label("side").to_owned(),
                 );
                 *s.skew.entry(key).or_default() += count;
+            }
+            "mvproxy_target_missing_requests_total" => {
+                let key = (
+                    sample.label("client").to_owned(),
+                    gvr(
+                        sample.label("group"),
+                        sample.label("version"),
+                        sample.label("resource"),
+                    ),
+                );
+                *s.target_missing.entry(key).or_default() += count;
             }
             _ => {}
         }
@@ -359,6 +385,7 @@ mvproxy_discovery_merge_duration_seconds_bucket{le="0.00025"} 1
 mvproxy_discovery_merge_duration_seconds_bucket{le="+Inf"} 1
 mvproxy_skew_requests_total{client="kube-controller-manager (sa kube-system/generic-garbage-collector)",group="flowcontrol.apiserver.k8s.io",version="v1beta3",resource="flowschemas",side="old_only"} 4
 mvproxy_skew_requests_total{client="kubectl",group="",version="v1",resource="pods",side="partial"} 1
+mvproxy_target_missing_requests_total{client="kubectl",group="flowcontrol.apiserver.k8s.io",version="v1beta3",resource="flowschemas",target="v1.34.0-demo"} 6
 odd{label="a \"quoted\" \\ value"} 1
 "#;
 
@@ -391,6 +418,18 @@ odd{label="a \"quoted\" \\ value"} 1
             .into_iter()
             .collect()
         );
+        assert_eq!(
+            s.target_missing,
+            [(
+                (
+                    "kubectl".to_owned(),
+                    "flowcontrol.apiserver.k8s.io/v1beta3/flowschemas".to_owned()
+                ),
+                6
+            )]
+            .into_iter()
+            .collect()
+        );
     }
 
     #[test]
@@ -404,6 +443,7 @@ odd{label="a \"quoted\" \\ value"} 1
         assert_eq!(delta.rerouted, one.rerouted);
         assert_eq!(delta.peers_down, 3);
         assert_eq!(delta.skew, one.skew);
+        assert_eq!(delta.target_missing, one.target_missing);
         assert_eq!(
             one.since(&one),
             Scrape {

@@ -56,6 +56,9 @@ pub(crate) struct Report {
     pub(crate) skew: Vec<SkewRow>,
     /// The clients that depend on the skew, as `mvproxy_skew_requests_total` counts them.
     pub(crate) readiness: Readiness,
+    /// The prediction the proxies made during `all-old`, told the new release as their target,
+    /// beside what the clients met after the upgrade.
+    pub(crate) before_upgrade: BeforeUpgrade,
     /// Every check of every segment, phase and the total held.
     pub(crate) reconciled: bool,
 }
@@ -69,6 +72,39 @@ pub(crate) struct Readiness {
     /// Clients that used APIs only the new release serves (`side="new_only"`): these requests
     /// fail on a rollback.
     pub(crate) breaks_on_rollback: Vec<ClientApis>,
+}
+
+/// Before the upgrade: which clients the new release will break, as mvproxy counted them with
+/// every node still on the old release (`mvproxy_target_missing_requests_total`), and what
+/// happened to the same clients and GVRs once every node ran the new release.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct BeforeUpgrade {
+    /// The `target` label: the new release's `gitVersion`.
+    pub(crate) target: String,
+    /// One row per client and GVR predicted to break or found broken.
+    pub(crate) rows: Vec<Prediction>,
+    /// mvproxy counted, during `all-old`, exactly the requests whose GVR the new release does
+    /// not serve; and every row sent both before and after the upgrade broke exactly when
+    /// predicted. A row not sent in one of the two phases cannot be judged and is not.
+    pub(crate) held: bool,
+}
+
+/// One client and GVR: predicted during `all-old`, met during `all-new`.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Prediction {
+    /// The `client` label.
+    pub(crate) client: String,
+    pub(crate) gvr: String,
+    /// Requests the client sent during `all-old`.
+    pub(crate) sent_before: u64,
+    /// Of those, counted by the proxies as missing on the target.
+    pub(crate) predicted: u64,
+    /// Of those, answered 404 (a GVR nothing served yet, an object not there).
+    pub(crate) not_found_before: u64,
+    /// Requests the client sent during `all-new`.
+    pub(crate) sent_after: u64,
+    /// Of those, answered 404.
+    pub(crate) not_found_after: u64,
 }
 
 /// One client and the GVRs of one side of the skew it used.
@@ -321,6 +357,7 @@ pub(crate) fn build(inputs: &Inputs<'_>) -> Report {
             .iter()
             .all(|p| p.counts.reconciled && p.segments.iter().all(|s| s.counts.reconciled));
     let readiness = readiness(&total);
+    let before_upgrade = before_upgrade(inputs);
     Report {
         format: FORMAT,
         mvproxy_version: env!("CARGO_PKG_VERSION"),
@@ -343,7 +380,88 @@ pub(crate) fn build(inputs: &Inputs<'_>) -> Report {
         total,
         skew: skew_rows(inputs.phases, inputs.surfaces),
         readiness,
+        before_upgrade,
         reconciled,
+    }
+}
+
+/// The prediction of `all-old` (the first phase) against the outcome of `all-new` (the last),
+/// per client and GVR, from the client's records and the proxies' counts.
+fn before_upgrade(inputs: &Inputs<'_>) -> BeforeUpgrade {
+    let resources = &inputs.workload.resources;
+    let (first, last) = (0, inputs.phases.len().saturating_sub(1));
+    let mut rows: BTreeMap<(String, String), Prediction> = BTreeMap::new();
+    // What the target lacks of what the old release serves: what mvproxy must count.
+    let lacks = |gvr: &mvproxy_core::classify::Gvr| {
+        inputs.surfaces.serves(Release::Old, gvr) && !inputs.surfaces.serves(Release::New, gvr)
+    };
+    let mut expected_counts: BTreeMap<(String, String), u64> = BTreeMap::new();
+    let mut counted: BTreeMap<(String, String), u64> = BTreeMap::new();
+    for run in inputs.runs {
+        if run.phase != first && run.phase != last {
+            continue;
+        }
+        if run.phase == first {
+            for (k, n) in &run.metrics.target_missing {
+                *counted.entry(k.clone()).or_default() += n;
+            }
+        }
+        for r in &run.records {
+            let Some(g) = r.request.resource.and_then(|i| resources.get(i)) else {
+                continue;
+            };
+            let key = (r.request.agent(resources).client(), g.gvr.to_string());
+            let not_found = matches!(&r.result, Ok(a) if a.status == 404);
+            if run.phase == first {
+                if lacks(&g.gvr) {
+                    *expected_counts.entry(key.clone()).or_default() += 1;
+                }
+                let row = rows
+                    .entry(key.clone())
+                    .or_insert_with(|| empty_prediction(&key));
+                row.sent_before += 1;
+                row.not_found_before += u64::from(not_found);
+            } else {
+                let row = rows
+                    .entry(key.clone())
+                    .or_insert_with(|| empty_prediction(&key));
+                row.sent_after += 1;
+                row.not_found_after += u64::from(not_found);
+            }
+        }
+    }
+    for (key, row) in &mut rows {
+        row.predicted = counted.get(key).copied().unwrap_or(0);
+    }
+    let reconciled = counted == expected_counts;
+    // Broke: every request after the upgrade got a 404, and some before did not.
+    let broke = |r: &Prediction| {
+        r.sent_after > 0 && r.not_found_after == r.sent_after && r.not_found_before < r.sent_before
+    };
+    // Only what was predicted or broke is shown; a row that worked before and after is not.
+    let rows: Vec<Prediction> = rows
+        .into_values()
+        .filter(|r| r.predicted > 0 || broke(r))
+        .collect();
+    let judged_right = rows
+        .iter()
+        .all(|r| r.sent_before == 0 || r.sent_after == 0 || (r.predicted > 0) == broke(r));
+    BeforeUpgrade {
+        target: super::stack::target_label().to_owned(),
+        rows,
+        held: reconciled && judged_right,
+    }
+}
+
+fn empty_prediction((client, gvr): &(String, String)) -> Prediction {
+    Prediction {
+        client: client.clone(),
+        gvr: gvr.clone(),
+        sent_before: 0,
+        predicted: 0,
+        not_found_before: 0,
+        sent_after: 0,
+        not_found_after: 0,
     }
 }
 

@@ -8,6 +8,11 @@
 //! that catching up takes a second, not a backoff period.
 //! Upgrading a node stops its stand-in and starts a new one on the new release's surface on
 //! the same port, as a restarted kube-apiserver comes back on its address.
+//!
+//! Every proxy is told the new release as its target (`--target-discovery`, from the
+//! release's documents written to a temporary directory as a user saves a staging server's),
+//! so during `all-old` it already counts the requests the upgrade will break: the report's
+//! "before the upgrade" section.
 
 use std::collections::BTreeSet;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
@@ -49,6 +54,50 @@ pub(crate) struct Node {
 /// The running control plane.
 pub(crate) struct Stack {
     pub(crate) nodes: Vec<Node>,
+    /// The new release's discovery, as `--target-discovery` reads it (removed at shutdown).
+    target_dir: Option<std::path::PathBuf>,
+}
+
+/// The `target` label the proxies report: the new release's `gitVersion`.
+pub(crate) fn target_label() -> &'static str {
+    Release::New.git_version()
+}
+
+/// Writes the new release's `api.json`, `apis.json` and `version.json` into a fresh
+/// directory under the system's temporary directory.
+fn write_target() -> Result<std::path::PathBuf, DemoError> {
+    let dir = std::env::temp_dir().join(format!(
+        "mvproxy-demo-target-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos())
+    ));
+    let write = |name: &str, body: String| {
+        std::fs::write(dir.join(name), body).map_err(|source| DemoError::Write {
+            path: dir.join(name).display().to_string(),
+            source,
+        })
+    };
+    std::fs::create_dir_all(&dir).map_err(|source| DemoError::Write {
+        path: dir.display().to_string(),
+        source,
+    })?;
+    write(
+        "api.json",
+        serde_json::to_string(&catalog::core_list()).map_err(DemoError::Catalog)?,
+    )?;
+    write(
+        "apis.json",
+        catalog::apis_json(Release::New).map_err(DemoError::Catalog)?,
+    )?;
+    let (major, minor) = Release::New.version().split_once('.').unwrap_or(("1", "0"));
+    write(
+        "version.json",
+        serde_json::json!({"major": major, "minor": minor, "gitVersion": target_label()})
+            .to_string(),
+    )?;
+    Ok(dir)
 }
 
 impl Stack {
@@ -75,7 +124,17 @@ impl Stack {
                 admin_url: String::new(),
             });
         }
-        let mut stack = Stack { nodes };
+        let mut stack = Stack {
+            nodes,
+            target_dir: None,
+        };
+        match write_target() {
+            Ok(dir) => stack.target_dir = Some(dir),
+            Err(e) => {
+                stack.shutdown().await;
+                return Err(e);
+            }
+        }
         if let Err(e) = stack.start_proxies(admin).await {
             stack.shutdown().await;
             return Err(e);
@@ -119,6 +178,7 @@ impl Stack {
                     .filter(|&j| j != i)
                     .map(|j| format!("{}={}", node_name(j), url(addrs[j])))
                     .collect(),
+                target_discovery: self.target_dir.clone(),
                 ..ServeArgs::default()
             };
             let config = args.load()?;
@@ -280,6 +340,10 @@ impl Stack {
             }
         }
         while tasks.join_next().await.is_some() {}
+        if let Some(dir) = self.target_dir.take() {
+            // Best effort: a file left in the temporary directory is no failure of the run.
+            let _ = std::fs::remove_dir_all(dir);
+        }
     }
 }
 

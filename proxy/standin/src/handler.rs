@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::{Method, Request, Response, StatusCode};
+use http::{HeaderValue, Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 use serde::Serialize;
 use serde_json::Value;
@@ -67,6 +67,7 @@ pub(super) async fn handle(
     req: Request<Incoming>,
 ) -> Response<Body> {
     record(&shared, &req);
+    let warning = deprecation(&shared, req.uri().path());
     if let Some(ms) = delay_ms(req.headers()) {
         tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
     }
@@ -74,7 +75,27 @@ pub(super) async fn handle(
     response
         .headers_mut()
         .insert(SERVER_HEADER, shared.name.clone());
+    if let Some(warning) = warning {
+        response
+            .headers_mut()
+            .append(http::header::WARNING, warning);
+    }
     response
+}
+
+/// The deprecation warning of the group-version a resource request addresses, if any.
+fn deprecation(shared: &Shared, path: &str) -> Option<HeaderValue> {
+    let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    let gv = match segments.as_slice() {
+        ["api", version, _, ..] => (*version).to_owned(),
+        ["apis", group, version, _, ..] => format!("{group}/{version}"),
+        _ => return None,
+    };
+    shared
+        .deprecations
+        .iter()
+        .find(|(g, _)| *g == gv)
+        .map(|(_, h)| h.clone())
 }
 
 /// The delay a request asks for with [`DELAY_HEADER`], capped; none when absent or not a

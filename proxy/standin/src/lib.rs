@@ -78,6 +78,7 @@ pub struct StandIn {
     apis: ApiGroupDiscoveryList,
     legacy_only: bool,
     git_version: String,
+    deprecations: Vec<(String, HeaderValue)>,
 }
 
 /// A started stand-in; dropping it stops the server without waiting.
@@ -108,6 +109,9 @@ pub struct RecordedRequest {
 struct Shared {
     name: HeaderValue,
     git_version: String,
+    /// `(group/version, Warning header)`: the header every resource request of the
+    /// group-version is answered with.
+    deprecations: Vec<(String, HeaderValue)>,
     catalog: Catalog,
     documents: Documents,
     openapi: openapi::OpenApiDocs,
@@ -131,7 +135,23 @@ impl StandIn {
             apis: serde_json::from_str(apis_json)?,
             legacy_only: false,
             git_version: "v1.34.0-standin".to_owned(),
+            deprecations: Vec::new(),
         })
+    }
+
+    /// Answers every resource request of `group_version` (`flowcontrol.apiserver.k8s.io/v1beta3`,
+    /// `v1` for core) with `Warning: 299 - "TEXT"`, as kube-apiserver warns about a deprecated
+    /// API (`staging/src/k8s.io/apiserver/pkg/endpoints/deprecation` in kubernetes/kubernetes);
+    /// `text` is the message, e.g. `flowcontrol.apiserver.k8s.io/v1beta3 FlowSchema is
+    /// deprecated in v1.29+, unavailable in v1.32+; use flowcontrol.apiserver.k8s.io/v1 FlowSchema`.
+    /// Characters a header cannot carry become `_`.
+    pub fn deprecation_warning(mut self, group_version: &str, text: &str) -> Self {
+        let quoted = text.replace(['"', '\\'], "'");
+        self.deprecations.push((
+            group_version.to_owned(),
+            header_value(&format!("299 - \"{quoted}\"")),
+        ));
+        self
     }
 
     /// Serve only legacy discovery (like a pre-1.26 server): aggregated Accept gets legacy JSON.
@@ -164,6 +184,7 @@ impl StandIn {
         let shared = Arc::new(Shared {
             name: header_value(&self.name),
             git_version: self.git_version,
+            deprecations: self.deprecations,
             catalog,
             documents,
             openapi,

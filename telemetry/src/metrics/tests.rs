@@ -168,14 +168,16 @@ fn a_peer_that_leaves_takes_every_series_labelled_with_it() {
                 server: peer.into(),
             })
             .set(7);
+        m.set_server_version(peer, None, Some("v1.35.4"));
     }
-    m.forget_peer("b");
+    m.forget_peer("b", Some("v1.35.4"));
     let (text, _) = encode(&registry, false).unwrap();
     assert!(!text.contains("\"b\""), "series of peer b left:\n{text}");
     for line in [
         "mvproxy_peer_up{peer=\"c\"} 1",
         "mvproxy_peer_discovery_fetch_duration_seconds_count{peer=\"c\"} 1",
         "mvproxy_discovery_resources{server=\"c\"} 7",
+        "mvproxy_server_info{server=\"c\",git_version=\"v1.35.4\"} 1",
     ] {
         assert!(text.contains(line), "missing {line:?} in\n{text}");
     }
@@ -211,6 +213,7 @@ fn every_family_is_declared_at_the_first_scrape_before_any_series() {
             ("mvproxy_discovery_resources", "gauge"),
             ("mvproxy_target_missing_requests_total", "counter"),
             ("mvproxy_target_info", "gauge"),
+            ("mvproxy_server_info", "gauge"),
             ("mvproxy_deprecated_requests_total", "counter"),
             ("mvproxy_upstream_replays_total", "counter"),
             ("mvproxy_spans_dropped_total", "counter"),
@@ -235,4 +238,29 @@ fn every_family_is_declared_at_the_first_scrape_before_any_series() {
     ] {
         assert!(text.contains(line), "missing {line:?} in\n{text}");
     }
+}
+
+/// A server upgraded in place: its old version's series ends as the new one starts, so each
+/// server has one `mvproxy_server_info` series at a time and a dashboard sees the change.
+#[test]
+fn a_version_change_replaces_the_servers_info_series() {
+    let mut registry = Registry::default();
+    let m = Metrics::register(&mut registry);
+    m.set_server_version("a", None, Some("v1.35.4"));
+    m.set_server_version("a", Some("v1.35.4"), Some("v1.35.4"));
+    m.set_server_version("b", None, Some("v1.35.4"));
+    m.set_server_version("a", Some("v1.35.4"), Some("v1.36.3"));
+    let (text, _) = encode(&registry, false).unwrap();
+    let mut info: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("mvproxy_server_info{"))
+        .collect();
+    info.sort_unstable();
+    assert_eq!(
+        info,
+        [
+            "mvproxy_server_info{server=\"a\",git_version=\"v1.36.3\"} 1",
+            "mvproxy_server_info{server=\"b\",git_version=\"v1.35.4\"} 1",
+        ]
+    );
 }

@@ -243,8 +243,14 @@ impl Cache {
             if let Some(m) = state.members.remove(&name) {
                 m.stop.cancel();
             }
+            let git_version = state
+                .servers
+                .iter()
+                .find(|s| s.name == name)
+                .and_then(ServerState::git_version)
+                .map(str::to_owned);
             state.servers.retain(|s| s.name != name);
-            self.forget_series(&name);
+            self.forget_series(&name, git_version.as_deref());
             tracing::info!(peer = %name, "peer left");
             changed = true;
         }
@@ -383,8 +389,8 @@ impl Cache {
 
     /// Every per-peer series goes with the peer (under the state lock, which `record` also
     /// holds, so a fetch that ends meanwhile cannot bring one back).
-    fn forget_series(&self, name: &ServerName) {
-        self.metrics.forget_peer(&name.to_string());
+    fn forget_series(&self, name: &ServerName, git_version: Option<&str>) {
+        self.metrics.forget_peer(&name.to_string(), git_version);
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -412,6 +418,7 @@ impl Cache {
         // failure again (a server still refusing connections) is not.
         let shown = |s: &ServerState| s.error.as_ref().map(ToString::to_string);
         let was = (s.up, s.attempted, shown(s));
+        let was_version = s.git_version().map(str::to_owned);
         s.attempted = true;
         s.last_fetch = Some(SystemTime::now());
         let mut changed = false;
@@ -453,6 +460,8 @@ impl Cache {
             }
         }
         changed |= was != (s.up, s.attempted, shown(s));
+        self.metrics
+            .set_server_version(name.as_str(), was_version.as_deref(), s.git_version());
         let (up, is_local) = (s.up, s.local);
         let count = s.view.as_ref().map_or(0, |v| v.gvr_count());
         self.metrics

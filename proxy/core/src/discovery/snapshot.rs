@@ -200,6 +200,15 @@ pub struct ServerState {
 }
 
 impl ServerState {
+    /// The `gitVersion` of the server's `/version` as last read with its discovery (kept over
+    /// a failed read of an unchanged surface, see the refresh loop).
+    pub fn git_version(&self) -> Option<&str> {
+        self.view
+            .as_ref()
+            .and_then(|v| v.version.as_ref())
+            .map(|v| v.git_version.as_str())
+    }
+
     /// `up`, `suspect` (a request to it failed; being probed) or `down` (its discovery could
     /// not be read), as `/debug/discovery` shows it.
     pub fn health(&self) -> &'static str {

@@ -14,6 +14,8 @@ use super::{Surface, TargetError};
 
 /// Every release of the catalog, oldest first, with its file.
 const RELEASES: &[(&str, &str)] = &[
+    ("1.33", include_str!("catalog/1.33.json")),
+    ("1.34", include_str!("catalog/1.34.json")),
     ("1.35", include_str!("catalog/1.35.json")),
     ("1.36", include_str!("catalog/1.36.json")),
 ];
@@ -85,7 +87,7 @@ mod tests {
             embedded, captured_releases,
             "one catalog release per capture"
         );
-        assert!(embedded.len() >= 2, "{embedded:?}");
+        assert!(embedded.len() >= 4, "1.33 to 1.36 at least: {embedded:?}");
     }
 
     #[test]

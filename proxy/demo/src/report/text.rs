@@ -6,10 +6,11 @@ use std::fmt::Write as _;
 use super::{Counts, NODES, Report};
 
 /// The report for people: a heading, the segment table, the answers, latencies, discovery,
-/// the skew, the clients on each side of it and the reconciliation, blank-line separated.
+/// the skew, the clients on each side of it, the prediction made before the upgrade and the
+/// reconciliation, blank-line separated.
 pub(crate) fn text(r: &Report) -> String {
     let mut out = String::new();
-    let sections: [fn(&mut String, &Report); 8] = [
+    let sections: [fn(&mut String, &Report); 9] = [
         heading_text,
         segments_text,
         answers_text,
@@ -17,6 +18,7 @@ pub(crate) fn text(r: &Report) -> String {
         discovery_text,
         skew_text,
         readiness_text,
+        before_upgrade_text,
         reconciliation_text,
     ];
     for (i, section) in sections.into_iter().enumerate() {
@@ -311,6 +313,52 @@ fn readiness_text(w: &mut String, r: &Report) {
             let _ = writeln!(w, "  {}: {}", c.client, top_gvrs(&c.gvrs, GVRS_SHOWN));
         }
     }
+}
+
+/// The prediction of `all-old` beside what `all-new` did.
+fn before_upgrade_text(w: &mut String, r: &Report) {
+    let b = &r.before_upgrade;
+    let _ = writeln!(
+        w,
+        "Before the upgrade: what target {} breaks, counted during all-old (mvproxy_target_missing_requests_total), beside all-new:",
+        b.target
+    );
+    if b.rows.is_empty() {
+        let _ = writeln!(w, "  none");
+    } else {
+        let rows: Vec<Vec<String>> = b
+            .rows
+            .iter()
+            .map(|p| {
+                vec![
+                    format!("  {}", p.client),
+                    p.gvr.clone(),
+                    p.sent_before.to_string(),
+                    p.predicted.to_string(),
+                    p.sent_after.to_string(),
+                    p.not_found_after.to_string(),
+                ]
+            })
+            .collect();
+        table(
+            w,
+            &[
+                "  client",
+                "gvr",
+                "sent all-old",
+                "predicted",
+                "sent all-new",
+                "404 all-new",
+            ],
+            &rows,
+            2,
+        );
+    }
+    let _ = writeln!(
+        w,
+        "  prediction held: {}",
+        if b.held { "yes" } else { "NO" }
+    );
 }
 
 /// GVRs listed per client in the text report.

@@ -372,3 +372,69 @@ fn backoff_doubles_up_to_the_interval() {
     assert_eq!(got, [500, 1000, 2000, 4000, 8000, 16000, 30000, 30000]);
     assert_eq!(backoff(1000, cap), cap);
 }
+
+/// `mvproxy_server_info` follows each server's `/version`: a restart on a new release moves
+/// the server's one series to the new `gitVersion` (what the overview dashboard annotates),
+/// a failed read of an unchanged surface keeps it, and a peer that leaves takes it along.
+#[tokio::test]
+async fn the_server_info_series_follows_each_servers_version() {
+    use crate::discovery::side::ServerVersion;
+    let mut registry = prometheus_client::registry::Registry::default();
+    let metrics = Arc::new(Metrics::register(&mut registry));
+    let cache = Cache::with_clock(
+        upstream("local", "http://127.0.0.1:1"),
+        peers(),
+        RefreshSettings {
+            interval: Duration::from_secs(30),
+            max_document_bytes: 1 << 20,
+        },
+        metrics,
+        Arc::new(Instant::now),
+    );
+    cache.set_peers(vec![peer("b", "http://127.0.0.2:6443", "1")]);
+    let info = || {
+        let (text, _) = mvproxy_telemetry::metrics::encode(&registry, false).unwrap();
+        let mut lines: Vec<String> = text
+            .lines()
+            .filter(|l| l.starts_with("mvproxy_server_info{"))
+            .map(str::to_owned)
+            .collect();
+        lines.sort_unstable();
+        lines
+    };
+    let at = |git: &str, gvrs: &[(&str, &str, &str)]| {
+        Ok(Arc::try_unwrap(view(gvrs))
+            .unwrap()
+            .with_version(ServerVersion::from_json(
+                format!(r#"{{"gitVersion":"{git}"}}"#).as_bytes(),
+            )))
+    };
+    let pods = [("", "v1", "pods")];
+    cache.record_for_test(&"local".into(), at("v1.35.4", &pods));
+    cache.record_for_test(&"b".into(), at("v1.35.4", &pods));
+    assert_eq!(
+        info(),
+        [
+            r#"mvproxy_server_info{server="b",git_version="v1.35.4"} 1"#,
+            r#"mvproxy_server_info{server="local",git_version="v1.35.4"} 1"#,
+        ]
+    );
+    cache.record_for_test(&"b".into(), Err(fetch_failed("b", "connection refused")));
+    cache.record_for_test(
+        &"b".into(),
+        at("v1.36.3", &[("", "v1", "pods"), ("", "v1", "nodes")]),
+    );
+    cache.record_for_test(&"local".into(), Ok(Arc::try_unwrap(view(&pods)).unwrap()));
+    assert_eq!(
+        info(),
+        [
+            r#"mvproxy_server_info{server="b",git_version="v1.36.3"} 1"#,
+            r#"mvproxy_server_info{server="local",git_version="v1.35.4"} 1"#,
+        ]
+    );
+    cache.set_peers(vec![]);
+    assert_eq!(
+        info(),
+        [r#"mvproxy_server_info{server="local",git_version="v1.35.4"} 1"#]
+    );
+}
