@@ -20,6 +20,31 @@ fn tool(name: &str) -> String {
     path
 }
 
+/// `promtool check metrics` of a scrape: `Err` with what it said when it refuses the text.
+async fn promtool_check_metrics(body: &[u8]) -> Result<(), String> {
+    let mut check = tokio::process::Command::new(tool("promtool"))
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("run promtool");
+    let mut stdin = check.stdin.take().expect("promtool's stdin");
+    stdin.write_all(body).await.expect("write to promtool");
+    drop(stdin);
+    let out = check.wait_with_output().await.expect("promtool's output");
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "promtool check metrics: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
+}
+
 #[tokio::test]
 async fn classic_exposition_passes_promtool_and_openmetrics_is_served_on_request() {
     let c = crate::cluster::Cluster::start().await;
@@ -36,29 +61,9 @@ async fn classic_exposition_passes_promtool_and_openmetrics_is_served_on_request
             .header("content-type")
             .starts_with("text/plain; version=0.0.4")
     );
-    let mut check = tokio::process::Command::new(tool("promtool"))
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    check
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(&classic.body)
-        .await
-        .unwrap();
-    let out = check.wait_with_output().await.unwrap();
-    assert!(
-        out.status.success(),
-        "promtool check metrics: {}{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr),
-        classic.text()
-    );
+    if let Err(why) = promtool_check_metrics(&classic.body).await {
+        panic!("{why}\n{}", classic.text());
+    }
 
     let om = get(
         &format!("{}/metrics", c.proxy_a.admin_url()),
@@ -206,26 +211,7 @@ async fn the_first_scrape_declares_every_family_of_the_contract() {
             assert!(text.contains(&line), "{line:?} missing from\n{text}");
         }
     }
-    let mut check = tokio::process::Command::new(tool("promtool"))
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    check
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(&first.body)
-        .await
-        .unwrap();
-    let out = check.wait_with_output().await.unwrap();
-    assert!(
-        out.status.success(),
-        "promtool check metrics: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    if let Err(why) = promtool_check_metrics(&first.body).await {
+        panic!("{why}");
+    }
 }
