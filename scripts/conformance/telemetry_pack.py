@@ -1030,7 +1030,10 @@ class Pack:
         admin = port if admin_fixed else free_port()
         argv = [self.a.mvproxy, "serve", "--server-id", f"apiserver-{n}", "--local", local,
                 "--listen", f"127.0.0.1:{listen}", "--admin-listen", f"127.0.0.1:{admin}",
-                "--refresh-interval-seconds", "2", "--connect-timeout-seconds", "2"]
+                "--refresh-interval-seconds", "2", "--connect-timeout-seconds", "2",
+                # The rehearsal heads for 1.34: the overview's per-target panels and its
+                # $target variable have the release to show.
+                "--target-release", "1.34"]
         for name, url in peers:
             argv += ["--peer", f"{name}={url}"]
         env = {"RUST_LOG": "warn",

@@ -1,7 +1,9 @@
 //! A stand-in Kubernetes API server as its own process, for scripts that run real `mvproxy
 //! serve` processes in front of it (scripts/conformance/telemetry-pack.sh): the same server
 //! the demo and the end-to-end tests start in-process (`mvproxy-standin`), serving the
-//! discovery surface of Kubernetes 1.31 or 1.34 from the demo's embedded catalog.
+//! discovery surface of Kubernetes 1.31 or 1.34 from the demo's embedded catalog. The 1.31
+//! stand-in warns about `flowcontrol.apiserver.k8s.io/v1beta3` as kube-apiserver 1.31 does, so
+//! the per-client deprecation counts have something to count.
 //!
 //! ```text
 //! cargo run -p mvproxy-demo --example standin -- NAME 1.31|1.34 127.0.0.1:PORT
@@ -42,6 +44,10 @@ fn main() -> ExitCode {
         .map_err(|e| e.to_string())
         .and_then(|json| StandIn::new(name, &json).map_err(|e| e.to_string()))
     {
+        Ok(s) if release == Release::Old => s.git_version(release.git_version()).deprecation_warning(
+            "flowcontrol.apiserver.k8s.io/v1beta3",
+            "flowcontrol.apiserver.k8s.io/v1beta3 FlowSchema is deprecated in v1.29+, unavailable in v1.32+; use flowcontrol.apiserver.k8s.io/v1 FlowSchema",
+        ),
         Ok(s) => s.git_version(release.git_version()),
         Err(e) => {
             eprintln!("standin: catalog: {e}");
