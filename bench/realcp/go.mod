@@ -1,0 +1,3 @@
+module mvproxy.invalid/bench/realcp
+
+go 1.22
