@@ -2,17 +2,26 @@
 # What mvproxy adds to a request on the real control plane: etcd and one kube-apiserver v1.36.3
 # (built from its Go modules and cached by scripts/control-plane/build.sh), a release mvproxy
 # in front of it as the shipped configs run it (TLS on both hops, HTTP/2 to the server,
-# front-proxy identity), and bench/realcp/main.go: one keep-alive client on Go's HTTP/2 over
-# TLS, as kubectl's, alternating the same GET straight and through mvproxy. Prints a markdown
-# table of p50/p90/p99 and what mvproxy added, per repeat. Everything it starts is stopped by
-# PID when it exits. Needs root (the API server runs in its own UTS namespace) and the
-# loopback addresses 127.0.0.3 (the API server on :6443, mvproxy on :7443).
+# front-proxy identity), HAProxy in front of it the same way (TLS in with the client's
+# certificate, its subject as the X-Remote-* headers, HTTP/2 over TLS to the server with the
+# front-proxy certificate; its default threads, one per CPU, as mvproxy's workers), and
+# bench/realcp/main.go: one keep-alive client per destination on Go's HTTP/2 over TLS, as
+# kubectl's, sending the same GET in turn straight and through each proxy. Prints a markdown
+# table of p50/p90/p99 and what each proxy added, per repeat, and each proxy's CPU time per
+# request (its threads' run time over the client's run, from /proc). Everything it starts is
+# stopped by PID when it exits. Needs root (the API server runs in its own UTS namespace),
+# HAProxy (apt) and the loopback address 127.0.0.3 (the API server on :6443, mvproxy on :7443,
+# HAProxy on :7444).
+#
+# With PROFILE=1 it records `perf record -e cpu-clock -g` of mvproxy over the run into
+# target/loadtest/realcp.perf.data with a flat report beside it.
 #
 # usage: bench/realcp.sh        env: N (rounds per repeat, default 2000), REPEATS (3),
-#                                    REQ_PATH (default /api/v1/namespaces/default)
+#                                    REQ_PATH (default /api/v1/namespaces/default), PROFILE
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 [ "$(id -u)" -eq 0 ] || { echo "realcp.sh: needs root" >&2; exit 2; }
+command -v haproxy >/dev/null || { echo "realcp.sh: needs haproxy (apt-get install haproxy)" >&2; exit 2; }
 CP_DIR=$(mktemp -d /tmp/mvproxy-realcp.XXXXXX)
 export CP_DIR
 # shellcheck source=../scripts/control-plane/lib.sh
@@ -38,12 +47,55 @@ cp_wait_ready apiserver "$ip"
   --requestheader-client-ca-file "$pki/front-proxy-ca.crt" --requestheader-allowed-names front-proxy-client \
   >"$CP_DIR/logs/mvproxy.log" 2>&1 &
 _cp_record mvproxy $!
+cat "$pki/apiserver.crt" "$pki/apiserver.key" >"$CP_DIR/haproxy-serving.pem"
+cat "$pki/front-proxy-client.crt" "$pki/front-proxy-client.key" >"$CP_DIR/haproxy-client.pem"
+cat >"$CP_DIR/haproxy.cfg" <<EOF
+global
+  maxconn 4096
+defaults
+  mode http
+  timeout connect 1s
+  timeout client 60s
+  timeout server 60s
+frontend fe
+  bind $ip:7444 ssl crt $CP_DIR/haproxy-serving.pem ca-file $pki/ca.crt verify required alpn h2,http/1.1
+  http-request del-header X-Remote- -m beg
+  http-request set-header X-Remote-User %[ssl_c_s_dn(CN)]
+  http-request set-header X-Remote-Group %[ssl_c_s_dn(O)]
+  default_backend be
+backend be
+  server api $ip:$CP_PORT ssl verify required ca-file $pki/ca.crt crt $CP_DIR/haproxy-client.pem alpn h2 proto h2
+EOF
+haproxy -db -f "$CP_DIR/haproxy.cfg" >"$CP_DIR/logs/haproxy.log" 2>&1 &
+_cp_record haproxy $!
 for _ in $(seq 1 60); do
   [ "$(curl -s -o /dev/null -w '%{http_code}' "http://$ip:7543/readyz")" = 200 ] && break
   sleep 0.5
 done
-cp_log "kube-apiserver $(cp_curl "$ip" /version | jq -r .gitVersion) on $ip:$CP_PORT, mvproxy on $ip:7443; load average $(cut -d' ' -f1-3 /proc/loadavg)"
+cp_log "kube-apiserver $(cp_curl "$ip" /version | jq -r .gitVersion) on $ip:$CP_PORT, mvproxy on $ip:7443, HAProxy on $ip:7444; load average $(cut -d' ' -f1-3 /proc/loadavg)"
+mvp_pid=$(cp_pid mvproxy) ha_pid=$(cp_pid haproxy)
+# Nanoseconds every thread of process $1 has run (the first field of each task's schedstat).
+run_ns() { cat /proc/"$1"/task/*/schedstat | awk '{s += $1} END {printf "%d", s}'; }
+perf_pid=
+if [ -n "${PROFILE:-}" ]; then
+  out="$root/target/loadtest"
+  mkdir -p "$out"
+  perf record -q -e cpu-clock -g -p "$mvp_pid" -o "$out/realcp.perf.data" 2>/dev/null &
+  perf_pid=$!
+fi
+mvp0=$(run_ns "$mvp_pid") ha0=$(run_ns "$ha_pid")
 "$client" -ca "$pki/ca.crt" -cert "$pki/admin.crt" -key "$pki/admin.key" \
-  -straight "https://$ip:$CP_PORT" -proxied "https://$ip:7443" \
+  -straight "https://$ip:$CP_PORT" -via "mvproxy=https://$ip:7443" -via "haproxy=https://$ip:7444" \
   -path "${REQ_PATH:-/api/v1/namespaces/default}" -n "${N:-2000}" -repeats "${REPEATS:-3}"
+mvp1=$(run_ns "$mvp_pid") ha1=$(run_ns "$ha_pid")
+# realcp/main.go sends 200 warm-up requests to each, then N per repeat.
+proxied=$((200 + ${N:-2000} * ${REPEATS:-3}))
+per_request() { awk -v d=$(($2 - $1)) -v n=$proxied 'BEGIN {printf "%.1f", d / n / 1000}'; }
+cp_log "CPU per proxied request ($proxied requests each): mvproxy $(per_request "$mvp0" "$mvp1") µs, HAProxy $(per_request "$ha0" "$ha1") µs"
+if [ -n "$perf_pid" ]; then
+  kill -INT "$perf_pid"
+  wait "$perf_pid" || true
+  perf report -i "$out/realcp.perf.data" --no-children --percent-limit 0.3 --stdio 2>/dev/null >"$out/realcp.perf.txt" || true
+  cp_log "profile: $out/realcp.perf.data, flat report $out/realcp.perf.txt"
+fi
 cp_log "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -1,10 +1,12 @@
-// Command realcp measures what mvproxy adds to a request on the real control plane: one
-// keep-alive client, Go's own HTTP/2 over TLS (the transport client-go and kubectl use),
-// alternating the same GET straight to kube-apiserver and through mvproxy in front of it, so
-// both see the same server, the same machine and the same moment. The order flips every round,
-// as whatever goes second is measured slightly dearer.
+// Command realcp measures what a proxy adds to a request on the real control plane: one
+// keep-alive client per destination, Go's own HTTP/2 over TLS (the transport client-go and
+// kubectl use), sending the same GET in turn straight to kube-apiserver and through each proxy
+// in front of it, so all see the same server, the same machine and the same moment. The order
+// rotates every round, as whatever goes later is measured slightly dearer.
 //
-// usage: realcp -ca CA -cert CRT -key KEY -straight URL -proxied URL [-path P] [-n N] [-repeats R]
+// usage: realcp -ca CA -cert CRT -key KEY -straight URL -via NAME=URL [-via NAME=URL ...]
+//
+//	[-path P] [-n N] [-repeats R]
 package main
 
 import (
@@ -16,20 +18,28 @@ import (
 	"net/http"
 	"os"
 	"sort"
+	"strings"
 	"time"
 )
+
+// vias is the repeated -via NAME=URL flag, in the order given.
+type vias []string
+
+func (v *vias) String() string     { return strings.Join(*v, ",") }
+func (v *vias) Set(s string) error { *v = append(*v, s); return nil }
 
 func main() {
 	ca := flag.String("ca", "", "CA of both serving certificates")
 	cert := flag.String("cert", "", "client certificate")
 	key := flag.String("key", "", "client key")
 	straight := flag.String("straight", "", "kube-apiserver's URL")
-	proxied := flag.String("proxied", "", "mvproxy's URL in front of it")
+	var via vias
+	flag.Var(&via, "via", "NAME=URL of a proxy in front of it (repeatable)")
 	path := flag.String("path", "/api/v1/namespaces/default", "the GET measured")
 	n := flag.Int("n", 2000, "rounds per repeat (one request each way per round)")
 	repeats := flag.Int("repeats", 3, "repeats")
 	flag.Parse()
-	if *ca == "" || *cert == "" || *key == "" || *straight == "" || *proxied == "" {
+	if *ca == "" || *cert == "" || *key == "" || *straight == "" || len(via) == 0 {
 		flag.Usage()
 		os.Exit(2)
 	}
@@ -47,45 +57,56 @@ func main() {
 			ForceAttemptHTTP2: true,
 		}}
 	}
-	// One connection each, as kubectl holds one to its server.
-	direct, through := client(), client()
-	get := func(c *http.Client, base string) time.Duration {
+	// One connection each, as kubectl holds one to its server: index 0 is the server itself.
+	names, bases := []string{"straight"}, []string{*straight}
+	for _, v := range via {
+		name, base, ok := strings.Cut(v, "=")
+		if !ok {
+			fail(fmt.Errorf("-via %q: want NAME=URL", v))
+		}
+		names, bases = append(names, name), append(bases, base)
+	}
+	clients := make([]*http.Client, len(bases))
+	for i := range clients {
+		clients[i] = client()
+	}
+	get := func(i int) time.Duration {
 		t0 := time.Now()
-		resp, err := c.Get(base + *path)
+		resp, err := clients[i].Get(bases[i] + *path)
 		fail(err)
 		_, err = io.Copy(io.Discard, resp.Body)
 		fail(err)
 		resp.Body.Close()
 		d := time.Since(t0)
 		if resp.StatusCode != http.StatusOK || resp.ProtoMajor != 2 {
-			fail(fmt.Errorf("GET %s%s: %s over %s", base, *path, resp.Status, resp.Proto))
+			fail(fmt.Errorf("GET %s%s: %s over %s", bases[i], *path, resp.Status, resp.Proto))
 		}
 		return d
 	}
-	for i := 0; i < 200; i++ {
-		get(direct, *straight)
-		get(through, *proxied)
+	for r := 0; r < 200; r++ {
+		for i := range clients {
+			get(i)
+		}
 	}
-	fmt.Printf("| repeat | requests each | straight p50 | through mvproxy p50 | added p50 | straight p90 | through p90 | added p90 | straight p99 | through p99 | added p99 |\n")
-	fmt.Printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
+	fmt.Printf("| repeat | requests each | through | straight p50 | through p50 | added p50 | straight p90 | through p90 | added p90 | straight p99 | through p99 | added p99 |\n")
+	fmt.Printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
 	for r := 1; r <= *repeats; r++ {
-		a := make([]time.Duration, 0, *n)
-		b := make([]time.Duration, 0, *n)
-		for i := 0; i < *n; i++ {
-			if i%2 == 0 {
-				a = append(a, get(direct, *straight))
-				b = append(b, get(through, *proxied))
-			} else {
-				b = append(b, get(through, *proxied))
-				a = append(a, get(direct, *straight))
+		took := make([][]time.Duration, len(clients))
+		for round := 0; round < *n; round++ {
+			for k := range clients {
+				i := (round + k) % len(clients)
+				took[i] = append(took[i], get(i))
 			}
 		}
-		row := fmt.Sprintf("| %d | %d |", r, *n)
-		qa, qb := quantiles(a), quantiles(b)
-		for q := range qa {
-			row += fmt.Sprintf(" %s | %s | %+.3f ms |", ms(qa[q]), ms(qb[q]), float64(qb[q]-qa[q])/1e6)
+		qa := quantiles(took[0])
+		for i := 1; i < len(clients); i++ {
+			row := fmt.Sprintf("| %d | %d | %s |", r, *n, names[i])
+			qb := quantiles(took[i])
+			for q := range qa {
+				row += fmt.Sprintf(" %s | %s | %+.3f ms |", ms(qa[q]), ms(qb[q]), float64(qb[q]-qa[q])/1e6)
+			}
+			fmt.Println(row)
 		}
-		fmt.Println(row)
 	}
 }
 
