@@ -35,19 +35,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import loadtest as lt  # noqa: E402
 
 
-def cpu_split(pids):
-    user = system = 0
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            user += int(fields[11])
-            system += int(fields[12])
-        except OSError:
-            pass
-    return user / lt.TICK, system / lt.TICK
-
-
 def sink_bytes():
     """Bytes of spans the OTLP sink has received so far."""
     with urllib.request.urlopen(f"http://127.0.0.1:{lt.SINK}/") as resp:
@@ -59,28 +46,6 @@ def tcp_segments():
     with open("/proc/net/snmp") as f:
         rows = [line.split() for line in f if line.startswith("Tcp:")]
     return int(rows[1][rows[0].index("OutSegs")])
-
-
-def syscalls(pids, run):
-    """Runs `run()` under `perf stat` counting the system calls of `pids`."""
-    out = tempfile.mktemp(prefix="ab-stat-")
-    stat = subprocess.Popen(["perf", "stat", "-x,", "-e", "raw_syscalls:sys_enter", "-p",
-                             ",".join(map(str, pids)), "-o", out],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    time.sleep(0.2)
-    result = run()
-    stat.send_signal(2)
-    stat.wait()
-    count = 0.0
-    try:
-        for line in open(out):
-            parts = line.strip().split(",")
-            if len(parts) > 3 and parts[2] == "raw_syscalls:sys_enter" and parts[0].replace(".", "").isdigit():
-                count = float(parts[0])
-        os.unlink(out)
-    except OSError:
-        pass
-    return result, count
 
 
 def main():
@@ -151,11 +116,12 @@ def main():
                                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                     time.sleep(0.3)
                 sink0 = sink_bytes()
-                u0, s0 = cpu_split(tree)
+                u0, s0 = lt.user_system(tree)
                 seg0 = tcp_segments()
-                (n, rps), calls = syscalls(tree, lambda: load(duration))
+                (n, rps), counts = lt.perf_counts(tree, ["raw_syscalls:sys_enter"], lambda: load(duration))
+                calls = counts.get("raw_syscalls:sys_enter", 0.0)
                 seg1 = tcp_segments()
-                u1, s1 = cpu_split(tree)
+                u1, s1 = lt.user_system(tree)
                 if perf:
                     perf.send_signal(2)
                     perf.wait()

@@ -171,16 +171,48 @@ def tree(pid):
     return out
 
 
-def cpu_seconds(pids):
-    total = 0
+def user_system(pids):
+    """The user and system CPU seconds of `pids` (fields 14 and 15 of /proc/PID/stat); a process
+    that has gone counts nothing."""
+    user = system = 0
     for pid in pids:
         try:
             with open(f"/proc/{pid}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
-            total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14, 15)
+            user += int(fields[11])
+            system += int(fields[12])
         except OSError:
             pass
-    return total / TICK
+    return user / TICK, system / TICK
+
+
+def cpu_seconds(pids):
+    return sum(user_system(pids))
+
+
+def perf_counts(pids, events, run):
+    """Runs `run()` under `perf stat` counting the software `events` of `pids` (they hold on a
+    VM without hardware counters, and unlike CPU time they do not move with the machine's
+    load); returns run()'s result and {event: count}, empty without perf."""
+    if not shutil.which("perf"):
+        return run(), {}
+    out = tempfile.mktemp(prefix="bench-stat-")
+    stat = subprocess.Popen(["perf", "stat", "-x,", "-e", ",".join(events), "-p", ",".join(map(str, pids)),
+                             "-o", out], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(0.2)
+    result = run()
+    stat.send_signal(signal.SIGINT)
+    stat.wait()
+    counts = {}
+    try:
+        for line in open(out):
+            parts = line.strip().split(",")
+            if len(parts) > 3 and parts[0].replace(".", "").isdigit():
+                counts[parts[2]] = float(parts[0])
+        os.unlink(out)
+    except OSError:
+        pass
+    return result, counts
 
 
 def rss_mb(pids):

@@ -54,6 +54,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import loadtest as lt  # noqa: E402
 
 UP_TLS, HAPROXY_RP, NGINX_RP, SINK = 18501, 18502, 18503, 18599
+# The perf stat events counted per request.
+SYSCALLS, SWITCHES = "raw_syscalls:sys_enter", "context-switches"
 MVPROXY0, ADMIN0 = 18510, 18530
 
 
@@ -176,46 +178,6 @@ def open_loop(port, proto, duration, rate, work):
     return n, lat[len(lat) // 2], lat[min(len(lat) - 1, len(lat) * 99 // 100)]
 
 
-def counted(pids, run):
-    """Runs `run()` under `perf stat` counting the system calls and context switches of `pids`
-    (software events: they hold on a VM without hardware counters, and unlike CPU time they do
-    not move with the machine's load); `None`s without perf."""
-    if not shutil.which("perf"):
-        return run(), None, None
-    out = tempfile.mktemp(prefix="realpath-stat-")
-    stat = subprocess.Popen(["perf", "stat", "-x,", "-e", "raw_syscalls:sys_enter,context-switches", "-p",
-                             ",".join(map(str, pids)), "-o", out], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    time.sleep(0.2)
-    result = run()
-    stat.send_signal(2)
-    stat.wait()
-    counts = {}
-    try:
-        for line in open(out):
-            parts = line.strip().split(",")
-            if len(parts) > 3 and parts[0].replace(".", "").isdigit():
-                counts[parts[2]] = float(parts[0])
-        os.unlink(out)
-    except OSError:
-        pass
-    return result, counts.get("raw_syscalls:sys_enter"), counts.get("context-switches")
-
-
-def system_user(pids):
-    """The system and user CPU seconds of `pids` (fields 15 and 14 of /proc/PID/stat)."""
-    system = user = 0
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            user += int(fields[11])
-            system += int(fields[12])
-        except OSError:
-            pass
-    return system / lt.TICK, user / lt.TICK
-
-
 def med(values):
     return statistics.median(values) if values else float("nan")
 
@@ -308,9 +270,11 @@ def main():
                                              "-g", "-o", data, "-p", ",".join(map(str, proxy))],
                                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                     time.sleep(0.5)
-                c0, u0, (s0, _) = lt.cpu_seconds(proxy), lt.cpu_seconds(up), system_user(proxy)
-                n, calls, switches = counted(proxy, lambda: closed(port, proto, duration, connections, streams))
-                c1, u1, (s1, _) = lt.cpu_seconds(proxy), lt.cpu_seconds(up), system_user(proxy)
+                c0, u0, (_, s0) = lt.cpu_seconds(proxy), lt.cpu_seconds(up), lt.user_system(proxy)
+                n, counts = lt.perf_counts(proxy, [SYSCALLS, SWITCHES],
+                                           lambda: closed(port, proto, duration, connections, streams))
+                calls, switches = counts.get(SYSCALLS), counts.get(SWITCHES)
+                c1, u1, (_, s1) = lt.cpu_seconds(proxy), lt.cpu_seconds(up), lt.user_system(proxy)
                 if perf:
                     perf.send_signal(2)
                     perf.wait()
