@@ -28,24 +28,38 @@ const NEW_ONLY: &str = "/apis/coordination.k8s.io/v1beta1/namespaces/default/lea
 /// picks a given one in this many is 2^-40.
 const ROUND: usize = 40;
 
-fn args(peers: &[(&str, &str)], local: &str) -> Vec<String> {
-    let mut args = vec![
-        "--server-id".to_owned(),
-        "apiserver-a".to_owned(),
-        "--local".to_owned(),
-        local.to_owned(),
-        "--refresh-interval-seconds".to_owned(),
-        "3600".to_owned(),
-        "--connect-timeout-seconds".to_owned(),
-        "2".to_owned(),
-        "--response-header-timeout-seconds".to_owned(),
-        "1".to_owned(),
-    ];
+/// The proxy's flags in front of `local` with `peers`, a refresh an hour away, and the
+/// per-transport flags `extra`.
+fn proxy_flags(peers: &[(&str, &str)], local: &str, extra: &[&str]) -> Vec<String> {
+    let mut args: Vec<String> = [
+        "--server-id",
+        "apiserver-a",
+        "--local",
+        local,
+        "--refresh-interval-seconds",
+        "3600",
+    ]
+    .into_iter()
+    .chain(extra.iter().copied())
+    .map(str::to_owned)
+    .collect();
     for (name, url) in peers {
         args.push("--peer".to_owned());
         args.push(format!("{name}={url}"));
     }
     args
+}
+
+/// The proxy's flags for peers reached over plain HTTP/1.1: a connect timeout of 2 s and a
+/// response-header timeout of 1 s.
+fn args(peers: &[(&str, &str)], local: &str) -> Vec<String> {
+    let timeouts = [
+        "--connect-timeout-seconds",
+        "2",
+        "--response-header-timeout-seconds",
+        "1",
+    ];
+    proxy_flags(peers, local, &timeouts)
 }
 
 fn lease_candidate(name: &str) -> Bytes {
@@ -127,23 +141,98 @@ async fn tls_server(ca: &Ca, name: &str, backend: &StandInRunning) -> Proxy {
 /// The proxy's flags for peers reached over TLS: a response-header timeout of a minute, the
 /// connect timeout its default.
 fn tls_args(ca: &Ca, peers: &[(&str, &str)], local: &str) -> Vec<String> {
-    let mut args = vec![
-        "--server-id".to_owned(),
-        "apiserver-a".to_owned(),
-        "--local".to_owned(),
-        local.to_owned(),
-        "--refresh-interval-seconds".to_owned(),
-        "3600".to_owned(),
-        "--response-header-timeout-seconds".to_owned(),
-        "60".to_owned(),
-        "--peer-ca-file".to_owned(),
-        ca.cert_file().display().to_string(),
+    let ca_file = ca.cert_file().display().to_string();
+    let tls = [
+        "--response-header-timeout-seconds",
+        "60",
+        "--peer-ca-file",
+        &ca_file,
     ];
-    for (name, url) in peers {
-        args.push("--peer".to_owned());
-        args.push(format!("{name}={url}"));
+    proxy_flags(peers, local, &tls)
+}
+
+/// A peer of the proxy under test: a 1.34 stand-in, reached through a relay that can freeze.
+struct Peer {
+    standin: StandInRunning,
+    /// Over HTTP/2, the TLS mvproxy in front of the stand-in, which the relay reaches.
+    _tls: Option<Proxy>,
+    relay: relay::Relay,
+}
+
+/// The proxy under test (in-process) in front of a 1.31 stand-in, with 1.34 stand-ins as its
+/// peers, each reached through its own relay: what the tests of hung peers start from.
+struct Stage {
+    proxy: Proxy,
+    peers: Vec<Peer>,
+    _local: StandInRunning,
+    /// The CA of the peers' certificates (over HTTP/2), kept on disk while the test runs.
+    _ca: Option<Ca>,
+}
+
+impl Stage {
+    /// Peers `names` reached over plain HTTP/1.1, with a response-header timeout of a second.
+    async fn http1(names: &[&str]) -> Stage {
+        let local = standin_release("apiserver-a", &apis_131(), "v1.31.0").await;
+        let mut peers = Vec::new();
+        for name in names {
+            let standin = standin_release(name, &apis_134(), "v1.34.0").await;
+            let relay = relay::Relay::start(standin.addr).await;
+            peers.push(Peer {
+                standin,
+                _tls: None,
+                relay,
+            });
+        }
+        let urls: Vec<String> = peers.iter().map(|p| p.relay.url()).collect();
+        let proxy = Proxy::serve(&args(&named(names, &urls), &local.url())).await;
+        Stage::ready(proxy, peers, local, None).await
     }
-    args
+
+    /// Peers `names` reached as real API servers are, over TLS with ALPN `h2`, each a TLS
+    /// mvproxy in front of a stand-in; the response-header timeout is a minute.
+    async fn http2(names: &[&str]) -> Stage {
+        let ca = Ca::new("cluster-ca");
+        let local = standin_release("apiserver-a", &apis_131(), "v1.31.0").await;
+        let mut peers = Vec::new();
+        for name in names {
+            let standin = standin_release(name, &apis_134(), "v1.34.0").await;
+            let tls = tls_server(&ca, name, &standin).await;
+            let relay = relay::Relay::start(tls.listen).await;
+            peers.push(Peer {
+                standin,
+                _tls: Some(tls),
+                relay,
+            });
+        }
+        let urls: Vec<String> = peers
+            .iter()
+            .map(|p| format!("https://{}", p.relay.addr))
+            .collect();
+        let proxy = Proxy::serve(&tls_args(&ca, &named(names, &urls), &local.url())).await;
+        Stage::ready(proxy, peers, local, Some(ca)).await
+    }
+
+    /// Waits until the proxy is ready and has read every peer's discovery (over HTTP/2, the
+    /// connections through which requests go are then open).
+    async fn ready(proxy: Proxy, peers: Vec<Peer>, local: StandInRunning, ca: Option<Ca>) -> Stage {
+        proxy.ready().await;
+        wait_all_up(&proxy).await;
+        Stage {
+            proxy,
+            peers,
+            _local: local,
+            _ca: ca,
+        }
+    }
+}
+
+/// `(name, url)` pairs for `--peer`.
+fn named<'a>(names: &[&'a str], urls: &'a [String]) -> Vec<(&'a str, &'a str)> {
+    names
+        .iter()
+        .copied()
+        .zip(urls.iter().map(String::as_str))
+        .collect()
 }
 
 fn creates_at(s: &StandInRunning) -> usize {
@@ -207,45 +296,28 @@ async fn a_peer_that_refuses_connections_is_skipped_within_the_request_and_marke
 
 #[tokio::test]
 async fn a_peer_hung_under_http2_is_noticed_by_an_unanswered_ping_and_reads_go_elsewhere() {
-    let ca = Ca::new("cluster-ca");
-    let local = standin_release("apiserver-a", &apis_131(), "v1.31.0").await;
-    let p1 = standin_release("apiserver-b", &apis_134(), "v1.34.0").await;
-    let p2 = standin_release("apiserver-c", &apis_134(), "v1.34.0").await;
-    let b = tls_server(&ca, "apiserver-b", &p1).await;
-    let c = tls_server(&ca, "apiserver-c", &p2).await;
-    let to_b = relay::Relay::start(b.listen).await;
-    let proxy = Proxy::serve(&tls_args(
-        &ca,
-        &[
-            ("apiserver-b", &format!("https://{}", to_b.addr)),
-            ("apiserver-c", &c.url()),
-        ],
-        &local.url(),
-    ))
-    .await;
-    proxy.ready().await;
-    // Discovery was read over HTTP/2: the connections through which requests go are open.
-    wait_all_up(&proxy).await;
+    let stage = Stage::http2(&["apiserver-b", "apiserver-c"]).await;
+    let (proxy, to_b) = (&stage.proxy, &stage.peers[0].relay);
 
     // apiserver-b hangs: its open connection and new ones carry nothing more to it.
     to_b.stall();
     for i in 0..ROUND {
-        let r = list(&proxy).await;
+        let r = list(proxy).await;
         assert_eq!(r.status, StatusCode::OK, "list {i}: {}", r.text());
         assert_eq!(r.header("x-standin-server"), "apiserver-c");
     }
     // The read sent to it was ended by the PING it did not answer, not by the response-header
     // timeout (a minute), and it is marked.
-    let seen = server(&proxy, "apiserver-b").await;
+    let seen = server(proxy, "apiserver-b").await;
     assert_eq!(seen["state"], "suspect", "{seen}");
     let error = seen["error"].as_str().unwrap_or_default();
     assert!(error.contains("keep-alive timed out"), "{seen}");
-    let m = metrics(&proxy).await;
+    let m = metrics(proxy).await;
     assert_eq!(peer_requests(&m, "apiserver-c"), ROUND as f64, "{m}");
 
     // It answers again: a probe brings it back.
     to_b.resume();
-    wait_discovery(&proxy, |s| {
+    wait_discovery(proxy, |s| {
         s.iter()
             .any(|s| s["id"] == "apiserver-b" && s["state"] == "up")
     })
@@ -254,25 +326,14 @@ async fn a_peer_hung_under_http2_is_noticed_by_an_unanswered_ping_and_reads_go_e
 
 #[tokio::test]
 async fn a_write_on_a_connection_whose_ping_went_unanswered_says_it_may_have_been_applied() {
-    let ca = Ca::new("cluster-ca");
-    let local = standin_release("apiserver-a", &apis_131(), "v1.31.0").await;
-    let p1 = standin_release("apiserver-b", &apis_134(), "v1.34.0").await;
-    let b = tls_server(&ca, "apiserver-b", &p1).await;
-    let to_b = relay::Relay::start(b.listen).await;
-    let proxy = Proxy::serve(&tls_args(
-        &ca,
-        &[("apiserver-b", &format!("https://{}", to_b.addr))],
-        &local.url(),
-    ))
-    .await;
-    proxy.ready().await;
-    wait_all_up(&proxy).await;
+    let stage = Stage::http2(&["apiserver-b"]).await;
+    let (proxy, to_b) = (&stage.proxy, &stage.peers[0].relay);
 
     // The only server of the GVR hangs as the create reaches it: the unanswered PING ends the
     // request (not the minute of the response-header timeout), and the client is told that
     // the create may have been applied, with nothing inviting it to send it again.
     to_b.stall();
-    let r = create(&proxy, "lc-ambiguous").await;
+    let r = create(proxy, "lc-ambiguous").await;
     assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "{}", r.text());
     let msg = r.json()["message"].as_str().unwrap_or_default().to_owned();
     assert!(
@@ -286,19 +347,8 @@ async fn a_write_on_a_connection_whose_ping_went_unanswered_says_it_may_have_bee
 
 #[tokio::test]
 async fn a_peer_that_hangs_under_a_watch_alone_is_marked_by_the_unanswered_ping() {
-    let ca = Ca::new("cluster-ca");
-    let local = standin_release("apiserver-a", &apis_131(), "v1.31.0").await;
-    let p1 = standin_release("apiserver-b", &apis_134(), "v1.34.0").await;
-    let b = tls_server(&ca, "apiserver-b", &p1).await;
-    let to_b = relay::Relay::start(b.listen).await;
-    let proxy = Proxy::serve(&tls_args(
-        &ca,
-        &[("apiserver-b", &format!("https://{}", to_b.addr))],
-        &local.url(),
-    ))
-    .await;
-    proxy.ready().await;
-    wait_all_up(&proxy).await;
+    let stage = Stage::http2(&["apiserver-b"]).await;
+    let (proxy, to_b) = (&stage.proxy, &stage.peers[0].relay);
 
     // A watch through the proxy to apiserver-b, open, without events; then apiserver-b hangs.
     // No request waits for an answer from it, so none fails: the unanswered PING on the
@@ -314,12 +364,12 @@ async fn a_peer_that_hangs_under_a_watch_alone_is_marked_by_the_unanswered_ping(
         .await;
     assert_eq!(watch.status(), StatusCode::OK);
     to_b.stall();
-    wait_discovery(&proxy, |s| {
+    wait_discovery(proxy, |s| {
         s.iter()
             .any(|s| s["id"] == "apiserver-b" && s["state"] == "suspect")
     })
     .await;
-    let seen = server(&proxy, "apiserver-b").await;
+    let seen = server(proxy, "apiserver-b").await;
     let error = seen["error"].as_str().unwrap_or_default();
     assert!(error.contains("keep-alive timed out"), "{seen}");
     let ended = tokio::time::timeout(PATIENCE, watch.into_body().collect()).await;
@@ -361,18 +411,10 @@ async fn post_half(
 
 #[tokio::test]
 async fn a_write_whose_sending_failed_mid_body_says_it_may_have_been_applied() {
-    let local = standin_release("apiserver-a", &apis_131(), "v1.31.0").await;
-    let p1 = standin_release("apiserver-b", &apis_134(), "v1.34.0").await;
-    let p2 = standin_release("apiserver-c", &apis_134(), "v1.34.0").await;
-    let to_p1 = relay::Relay::start(p1.addr).await;
-    let to_p2 = relay::Relay::start(p2.addr).await;
-    let proxy = Proxy::serve(&args(
-        &[("apiserver-b", &to_p1.url()), ("apiserver-c", &to_p2.url())],
-        &local.url(),
-    ))
-    .await;
-    proxy.ready().await;
-    wait_all_up(&proxy).await;
+    let stage = Stage::http1(&["apiserver-b", "apiserver-c"]).await;
+    let proxy = &stage.proxy;
+    let (p1, to_p1) = (&stage.peers[0].standin, &stage.peers[0].relay);
+    let (p2, to_p2) = (&stage.peers[1].standin, &stage.peers[1].relay);
 
     // The create's first half reaches whichever server it was sent to; then that server's
     // connections break (it crashed mid-request), before the rest was sent.
@@ -410,7 +452,7 @@ async fn a_write_whose_sending_failed_mid_body_says_it_may_have_been_applied() {
     assert!(msg.contains("may still have been applied"), "{body}");
     // The stand-ins record a request as it arrives: the one it was cut at, and no other.
     assert_eq!(
-        creates_at(&p1) + creates_at(&p2),
+        creates_at(p1) + creates_at(p2),
         1,
         "sent to one server only"
     );
@@ -418,49 +460,40 @@ async fn a_write_whose_sending_failed_mid_body_says_it_may_have_been_applied() {
 
 #[tokio::test]
 async fn a_hung_peer_costs_one_timeout_a_read_is_answered_elsewhere_and_it_comes_back() {
-    let local = standin_release("apiserver-a", &apis_131(), "v1.31.0").await;
-    let p1 = standin_release("apiserver-b", &apis_134(), "v1.34.0").await;
-    let p2 = standin_release("apiserver-c", &apis_134(), "v1.34.0").await;
-    let to_p1 = relay::Relay::start(p1.addr).await;
-    let proxy = Proxy::serve(&args(
-        &[("apiserver-b", &to_p1.url()), ("apiserver-c", &p2.url())],
-        &local.url(),
-    ))
-    .await;
-    proxy.ready().await;
-    wait_all_up(&proxy).await;
+    let stage = Stage::http1(&["apiserver-b", "apiserver-c"]).await;
+    let (proxy, to_p1) = (&stage.proxy, &stage.peers[0].relay);
 
     // apiserver-b accepts connections and never answers (a SIGSTOPped process).
     to_p1.stall();
     for i in 0..ROUND {
-        let r = list(&proxy).await;
+        let r = list(proxy).await;
         assert_eq!(r.status, StatusCode::OK, "list {i}: {}", r.text());
         assert_eq!(r.header("x-standin-server"), "apiserver-c");
     }
-    let b = server(&proxy, "apiserver-b").await;
+    let b = server(proxy, "apiserver-b").await;
     assert_eq!(b["up"], false, "a timeout marks it: {b}");
     assert_eq!(b["state"], "suspect", "{b}");
     // While it hangs, writes go to the other server only.
     for i in 0..ROUND / 4 {
-        let r = create(&proxy, &format!("lc-{i}")).await;
+        let r = create(proxy, &format!("lc-{i}")).await;
         assert_eq!(r.status, StatusCode::CREATED, "create {i}: {}", r.text());
     }
 
     // It answers again: a probe of its discovery brings it back, and it is chosen again.
     to_p1.resume();
-    wait_discovery(&proxy, |s| {
+    wait_discovery(proxy, |s| {
         s.iter()
             .any(|s| s["id"] == "apiserver-b" && s["up"] == true && s["state"] == "up")
     })
     .await;
     let mut at_b = 0;
     for _ in 0..ROUND {
-        let r = list(&proxy).await;
+        let r = list(proxy).await;
         assert_eq!(r.status, StatusCode::OK, "{}", r.text());
         at_b += usize::from(r.header("x-standin-server") == "apiserver-b");
     }
     assert!(at_b > 0, "apiserver-b is chosen again once it answers");
-    let m = metrics(&proxy).await;
+    let m = metrics(proxy).await;
     assert!(
         m.contains(r#"mvproxy_peer_up{peer="apiserver-b"} 1"#),
         "{m}"
@@ -469,23 +502,15 @@ async fn a_hung_peer_costs_one_timeout_a_read_is_answered_elsewhere_and_it_comes
 
 #[tokio::test]
 async fn a_write_that_timed_out_on_a_hung_peer_is_a_504_saying_it_may_have_been_applied() {
-    let local = standin_release("apiserver-a", &apis_131(), "v1.31.0").await;
-    let p1 = standin_release("apiserver-b", &apis_134(), "v1.34.0").await;
-    let p2 = standin_release("apiserver-c", &apis_134(), "v1.34.0").await;
-    let to_p1 = relay::Relay::start(p1.addr).await;
-    let to_p2 = relay::Relay::start(p2.addr).await;
-    let proxy = Proxy::serve(&args(
-        &[("apiserver-b", &to_p1.url()), ("apiserver-c", &to_p2.url())],
-        &local.url(),
-    ))
-    .await;
-    proxy.ready().await;
-    wait_all_up(&proxy).await;
+    let stage = Stage::http1(&["apiserver-b", "apiserver-c"]).await;
+    let proxy = &stage.proxy;
+    let (p1, to_p1) = (&stage.peers[0].standin, &stage.peers[0].relay);
+    let (p2, to_p2) = (&stage.peers[1].standin, &stage.peers[1].relay);
 
     // Both hang: wherever the write goes, its bytes reach a server that does not answer.
     to_p1.stall();
     to_p2.stall();
-    let r = create(&proxy, "lc-ambiguous").await;
+    let r = create(proxy, "lc-ambiguous").await;
     assert_eq!(r.status, StatusCode::GATEWAY_TIMEOUT, "{}", r.text());
     let v = r.json();
     assert_eq!(v["kind"], "Status");
@@ -497,7 +522,7 @@ async fn a_write_that_timed_out_on_a_hung_peer_is_a_504_saying_it_may_have_been_
     to_p1.resume();
     to_p2.resume();
     let deadline = tokio::time::Instant::now() + PATIENCE;
-    while creates_at(&p1) + creates_at(&p2) == 0 {
+    while creates_at(p1) + creates_at(p2) == 0 {
         assert!(
             tokio::time::Instant::now() < deadline,
             "the write never landed"
@@ -505,17 +530,13 @@ async fn a_write_that_timed_out_on_a_hung_peer_is_a_504_saying_it_may_have_been_
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-    assert_eq!(
-        creates_at(&p1) + creates_at(&p2),
-        1,
-        "sent once, never twice"
-    );
+    assert_eq!(creates_at(p1) + creates_at(p2), 1, "sent once, never twice");
 
     // A read that timed out is not such a case: it says nothing of the sort.
     to_p1.stall();
     to_p2.stall();
-    wait_discovery(&proxy, |s| s.iter().all(|s| s["up"] == true)).await;
-    let r = list(&proxy).await;
+    wait_discovery(proxy, |s| s.iter().all(|s| s["up"] == true)).await;
+    let r = list(proxy).await;
     assert_eq!(r.status, StatusCode::GATEWAY_TIMEOUT, "{}", r.text());
     let msg = r.json()["message"].as_str().unwrap().to_owned();
     assert!(!msg.contains("may still have been applied"), "{msg}");

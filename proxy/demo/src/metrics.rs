@@ -52,12 +52,8 @@ impl Scrape {
 
     /// Adds another proxy's numbers.
     pub(crate) fn add(&mut self, other: &Scrape) {
-        for (k, v) in &other.rerouted {
-            *self.rerouted.entry(k.clone()).or_default() += v;
-        }
-        for (k, v) in &other.rerouted_by_code {
-            *self.rerouted_by_code.entry(*k).or_default() += v;
-        }
+        add_counts(&mut self.rerouted, &other.rerouted);
+        add_counts(&mut self.rerouted_by_code, &other.rerouted_by_code);
         self.peers_down += other.peers_down;
         self.lookup_hits += other.lookup_hits;
         self.lookup_misses += other.lookup_misses;
@@ -66,33 +62,15 @@ impl Scrape {
         self.merge_seconds += other.merge_seconds;
         self.merge_count += other.merge_count;
         add_buckets(&mut self.merge_buckets, &other.merge_buckets);
-        for (k, v) in &other.skew {
-            *self.skew.entry(k.clone()).or_default() += v;
-        }
-        for (k, v) in &other.target_missing {
-            *self.target_missing.entry(k.clone()).or_default() += v;
-        }
+        add_counts(&mut self.skew, &other.skew);
+        add_counts(&mut self.target_missing, &other.target_missing);
     }
 
     /// What happened between `earlier` and `self` (counters only grow while proxies run).
     pub(crate) fn since(&self, earlier: &Scrape) -> Scrape {
-        let minus = |a: &BTreeMap<String, u64>, b: &BTreeMap<String, u64>| {
-            a.iter()
-                .map(|(k, v)| (k.clone(), v.saturating_sub(b.get(k).copied().unwrap_or(0))))
-                .filter(|(_, v)| *v > 0)
-                .collect()
-        };
         Scrape {
-            rerouted: minus(&self.rerouted, &earlier.rerouted),
-            rerouted_by_code: self
-                .rerouted_by_code
-                .iter()
-                .map(|(k, v)| {
-                    let before = earlier.rerouted_by_code.get(k).copied().unwrap_or(0);
-                    (*k, v.saturating_sub(before))
-                })
-                .filter(|(_, v)| *v > 0)
-                .collect(),
+            rerouted: counts_since(&self.rerouted, &earlier.rerouted),
+            rerouted_by_code: counts_since(&self.rerouted_by_code, &earlier.rerouted_by_code),
             peers_down: self.peers_down.saturating_sub(earlier.peers_down),
             lookup_hits: self.lookup_hits.saturating_sub(earlier.lookup_hits),
             lookup_misses: self.lookup_misses.saturating_sub(earlier.lookup_misses),
@@ -112,26 +90,8 @@ impl Scrape {
                 .collect(),
             merge_seconds: (self.merge_seconds - earlier.merge_seconds).max(0.0),
             merge_count: self.merge_count.saturating_sub(earlier.merge_count),
-            skew: self
-                .skew
-                .iter()
-                .map(|(k, v)| {
-                    (
-                        k.clone(),
-                        v.saturating_sub(earlier.skew.get(k).copied().unwrap_or(0)),
-                    )
-                })
-                .filter(|(_, v)| *v > 0)
-                .collect(),
-            target_missing: self
-                .target_missing
-                .iter()
-                .map(|(k, v)| {
-                    let before = earlier.target_missing.get(k).copied().unwrap_or(0);
-                    (k.clone(), v.saturating_sub(before))
-                })
-                .filter(|(_, v)| *v > 0)
-                .collect(),
+            skew: counts_since(&self.skew, &earlier.skew),
+            target_missing: counts_since(&self.target_missing, &earlier.target_missing),
         }
     }
 
@@ -146,6 +106,28 @@ impl Scrape {
             .find(|(_, n)| *n >= rank.max(1))
             .map(|(le, _)| *le)
     }
+}
+
+/// Adds `from`'s counts to `into`'s, series by series.
+fn add_counts<K: Ord + Clone>(into: &mut BTreeMap<K, u64>, from: &BTreeMap<K, u64>) {
+    for (k, v) in from {
+        *into.entry(k.clone()).or_default() += v;
+    }
+}
+
+/// What each series counted between `earlier` and `now`; series that did not grow are left
+/// out.
+fn counts_since<K: Ord + Clone>(
+    now: &BTreeMap<K, u64>,
+    earlier: &BTreeMap<K, u64>,
+) -> BTreeMap<K, u64> {
+    now.iter()
+        .map(|(k, v)| {
+            let before = earlier.get(k).copied().unwrap_or(0);
+            (k.clone(), v.saturating_sub(before))
+        })
+        .filter(|(_, v)| *v > 0)
+        .collect()
 }
 
 fn add_buckets(into: &mut Vec<(f64, u64)>, from: &[(f64, u64)]) {
@@ -176,12 +158,7 @@ pub(crate) fn parse(text: &str) -> Scrape {
             // As upstream, the family also counts peers' discovery fetches, with no resource:
             // those are not requests the workload sent.
             "mvproxy_rerouted_request_total" if !sample.label("resource").is_empty() => {
-                let gvr = gvr(
-                    sample.label("group"),
-                    sample.label("version"),
-                    sample.label("resource"),
-                );
-                *s.rerouted.entry(gvr).or_default() += count;
+                *s.rerouted.entry(sample.gvr()).or_default() += count;
                 let code = sample.label("code").parse().unwrap_or(0);
                 *s.rerouted_by_code.entry(code).or_default() += count;
             }
@@ -215,40 +192,19 @@ pub(crate) fn parse(text: &str) -> Scrape {
             "mvproxy_skew_requests_total" => {
                 let key = (
                     sample.label("client").to_owned(),
-                    gvr(
-                        sample.label("group"),
-                        sample.label("version"),
-                        sample.label("resource"),
-                    ),
+                    sample.gvr(),
                     sample.label("side").to_owned(),
                 );
                 *s.skew.entry(key).or_default() += count;
             }
             "mvproxy_target_missing_requests_total" => {
-                let key = (
-                    sample.label("client").to_owned(),
-                    gvr(
-                        sample.label("group"),
-                        sample.label("version"),
-                        sample.label("resource"),
-                    ),
-                );
+                let key = (sample.label("client").to_owned(), sample.gvr());
                 *s.target_missing.entry(key).or_default() += count;
             }
             _ => {}
         }
     }
     s
-}
-
-/// `group/version/resource`, or `version/resource` for core: as [`mvproxy_core::classify::Gvr`]
-/// displays it.
-fn gvr(group: &str, version: &str, resource: &str) -> String {
-    if group.is_empty() {
-        format!("{version}/{resource}")
-    } else {
-        format!("{group}/{version}/{resource}")
-    }
 }
 
 /// One sample line: `name{label="value",…} value [timestamp]`.
@@ -286,6 +242,21 @@ impl<'a> Sample<'a> {
             .iter()
             .find(|(k, _)| *k == key)
             .map_or("", |(_, v)| v.as_str())
+    }
+
+    /// The series' `group`, `version` and `resource` labels as `group/version/resource`, or
+    /// `version/resource` for core: as [`mvproxy_core::classify::Gvr`] displays it.
+    fn gvr(&self) -> String {
+        let (group, version, resource) = (
+            self.label("group"),
+            self.label("version"),
+            self.label("resource"),
+        );
+        if group.is_empty() {
+            format!("{version}/{resource}")
+        } else {
+            format!("{group}/{version}/{resource}")
+        }
     }
 }
 
