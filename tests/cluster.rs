@@ -3,6 +3,7 @@
 //! has the other proxy as its peer.
 
 use integration::*;
+use mvproxy_demo::catalog::Release;
 
 pub struct Cluster {
     pub a: StandInRunning,
@@ -26,12 +27,14 @@ impl Cluster {
     /// `flowcontrol.apiserver.k8s.io/v1beta3` as kube-apiserver 1.31 does.
     pub async fn start_rehearsal() -> Cluster {
         let a = standin_release("apiserver-a", &apis_134(), "v1.34.0").await;
-        let b = StandIn::new("apiserver-b", &apis_131())
-            .expect("fixture parses")
-            .git_version("v1.31.0")
-            .deprecation_warning(
-                "flowcontrol.apiserver.k8s.io/v1beta3",
-                "flowcontrol.apiserver.k8s.io/v1beta3 FlowSchema is deprecated in v1.29+, unavailable in v1.32+; use flowcontrol.apiserver.k8s.io/v1 FlowSchema",
+        let b = Release::Old
+            .deprecation_warnings()
+            .iter()
+            .fold(
+                StandIn::new("apiserver-b", &apis_131())
+                    .expect("fixture parses")
+                    .git_version("v1.31.0"),
+                |s, (gv, text)| s.deprecation_warning(gv, text),
             )
             .start("127.0.0.1:0".parse().expect("addr"))
             .await

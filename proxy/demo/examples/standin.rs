@@ -44,11 +44,12 @@ fn main() -> ExitCode {
         .map_err(|e| e.to_string())
         .and_then(|json| StandIn::new(name, &json).map_err(|e| e.to_string()))
     {
-        Ok(s) if release == Release::Old => s.git_version(release.git_version()).deprecation_warning(
-            "flowcontrol.apiserver.k8s.io/v1beta3",
-            "flowcontrol.apiserver.k8s.io/v1beta3 FlowSchema is deprecated in v1.29+, unavailable in v1.32+; use flowcontrol.apiserver.k8s.io/v1 FlowSchema",
-        ),
-        Ok(s) => s.git_version(release.git_version()),
+        Ok(s) => release
+            .deprecation_warnings()
+            .iter()
+            .fold(s.git_version(release.git_version()), |s, (gv, text)| {
+                s.deprecation_warning(gv, text)
+            }),
         Err(e) => {
             eprintln!("standin: catalog: {e}");
             return ExitCode::FAILURE;

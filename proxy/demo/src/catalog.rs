@@ -48,6 +48,20 @@ impl Release {
         }
     }
 
+    /// The deprecation warnings kube-apiserver of this release sends, as `(group/version,
+    /// text)`: 1.31 warns on every request to `flowcontrol.apiserver.k8s.io/v1beta3`
+    /// (k8s.io/api `flowcontrol/v1beta3/zz_generated.prerelease-lifecycle.go`: deprecated in
+    /// 1.29, removed in 1.32, replaced by `v1`), in the words client-go prints.
+    pub fn deprecation_warnings(self) -> &'static [(&'static str, &'static str)] {
+        match self {
+            Self::Old => &[(
+                "flowcontrol.apiserver.k8s.io/v1beta3",
+                "flowcontrol.apiserver.k8s.io/v1beta3 FlowSchema is deprecated in v1.29+, unavailable in v1.32+; use flowcontrol.apiserver.k8s.io/v1 FlowSchema",
+            )],
+            Self::New => &[],
+        }
+    }
+
     fn bit(self) -> u8 {
         match self {
             Self::Old => OLD,
