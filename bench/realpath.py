@@ -36,6 +36,7 @@ odd repeats), measured with each client protocol:
 
 Ratios are to HAProxy over the same client protocol in the same repeat; the table gives the
 median and the spread (min–max) over REPEATS (default 3) repeats of DURATION (default 3s).
+PROTOS (default `h2 h1`) names the client protocols to run.
 PROFILE=NAME records `perf record -e cpu-clock -g` of that configuration's first closed-loop run
 into target/loadtest/realpath-NAME.perf.data and a flat report next to it.
 """
@@ -197,6 +198,9 @@ def main():
     connections = int(os.environ.get("CONNECTIONS", "32"))
     streams = int(os.environ.get("STREAMS", "1"))
     profile = os.environ.get("PROFILE", "")
+    protos = os.environ.get("PROTOS", "h2 h1").split()
+    if not protos or set(protos) - {"h2", "h1"}:
+        sys.exit(f"PROTOS={os.environ.get('PROTOS')!r}: give h2, h1 or both")
     out_dir = os.path.join(lt.ROOT, "target/loadtest")
     os.makedirs(out_dir, exist_ok=True)
 
@@ -251,7 +255,7 @@ def main():
         for port in (HAPROXY_RP, NGINX_RP):
             lt.wait_port(port)
 
-        configs = [(name, proto) for name in ports for proto in ("h2", "h1")]
+        configs = [(name, proto) for name in ports for proto in protos]
         print(f"# {len(configs)} configurations x {reps} repeat(s), {duration} each: {connections} connections "
               f"closed loop ({streams} HTTP/2 stream(s) each), {rate} req/s open loop; GET {lt.PATH}", flush=True)
         results = {c: [] for c in configs}
@@ -294,7 +298,7 @@ def main():
                       f"{r['rps']:6.0f} req/s, {r['syscalls']:4.2f} syscalls/req, "
                       f"{r['switches']:4.2f} switches/req, {r['cpu_rate']:5.1f} µs/req at {rate}/s, p50 {p50:5.0f} µs, "
                       f"p99 {p99:6.0f} µs", flush=True)
-        table = render(results, ports, reps, duration, rate, connections, streams)
+        table = render(results, ports, protos, reps, duration, rate, connections, streams)
         print()
         print(table)
         with open(os.path.join(out_dir, "realpath.md"), "w") as f:
@@ -311,7 +315,7 @@ def main():
         shutil.rmtree(work, ignore_errors=True)
 
 
-def render(results, ports, reps, duration, rate, connections, streams):
+def render(results, ports, protos, reps, duration, rate, connections, streams):
     rows = [
         f"Loopback, {lt.machine()}; upstream and proxy on core {lt.PROXY_CORE}, load generator on core "
         f"{lt.LOAD_CORE}. Medians (min–max) over {reps} repeat(s) of {duration}; ratios to HAProxy over the "
@@ -328,7 +332,7 @@ def render(results, ports, reps, duration, rate, connections, streams):
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for name in ports:
-        for proto in ("h2", "h1"):
+        for proto in protos:
             v = results[(name, proto)]
             ref = results[("haproxy", proto)]
             base = results[("upstream", proto)]
