@@ -148,9 +148,10 @@ backend be
     return nginx, haproxy
 
 
-def h2load(port, proto, duration, args, log=None):
-    """Runs h2load; the requests that succeeded (it exits on any failure or non-2xx answer)."""
-    argv = ["taskset", "-c", lt.LOAD_CORE, "h2load", "-t1", "-D", duration] + args
+def h2load(port, proto, args, log=None):
+    """Runs h2load with `args` (`-D` a duration or `-n` a count, connections, streams); the
+    requests that succeeded (it exits on any failure or non-2xx answer)."""
+    argv = ["taskset", "-c", lt.LOAD_CORE, "h2load", "-t1"] + args
     if proto == "h1":
         argv.append("--h1")
     if log:
@@ -165,7 +166,7 @@ def h2load(port, proto, duration, args, log=None):
 
 
 def closed(port, proto, duration, connections, streams):
-    return h2load(port, proto, duration, ["-c", str(connections), "-m", str(streams if proto == "h2" else 1)])
+    return h2load(port, proto, ["-D", duration, "-c", str(connections), "-m", str(streams if proto == "h2" else 1)])
 
 
 def open_loop(port, proto, duration, rate, work):
@@ -173,7 +174,7 @@ def open_loop(port, proto, duration, rate, work):
     requests served, and p50 and p99 of their latency in µs (from h2load's per-request log)."""
     clients, streams = (4, 4) if proto == "h2" else (16, 1)
     log = os.path.join(work, "latency.tsv")
-    n = h2load(port, proto, duration, ["-c", str(clients), "-m", str(streams), f"--rps={rate / clients:g}"], log)
+    n = h2load(port, proto, ["-D", duration, "-c", str(clients), "-m", str(streams), f"--rps={rate / clients:g}"], log)
     lat = sorted(int(line.split("\t")[2]) for line in open(log) if line.count("\t") >= 2)
     os.unlink(log)
     return n, lat[len(lat) // 2], lat[min(len(lat) - 1, len(lat) * 99 // 100)]

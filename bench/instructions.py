@@ -1,0 +1,173 @@
+#!/usr/bin/env python3
+"""Instructions per request on the real path, counted by valgrind's callgrind: a measure that
+does not move with the machine's load, for A/B runs of changes too small for CPU time to show.
+
+    python3 bench/instructions.py [[LABEL=]BINARY ...]
+
+Run it through bench/instructions.sh (installs the tools, builds mvproxy). The setup is
+bench/realpath.py's: an nginx upstream serving HTTP/2 over TLS, and in front of it each mvproxy
+binary given (default target/release/mvproxy), HAProxy (`proto h2` over TLS) and nginx
+(HTTP/1.1 over TLS out), TLS in. One proxy at a time runs under callgrind; the upstream and
+h2load run natively.
+
+Each proxy is started twice, and sent FEW (default 1000) requests one time and MANY (default
+3000) the other, from CONNECTIONS (default 32) connections, HTTP/2 or HTTP/1.1 keep-alive
+(PROTOS, default `h2 h1`). Its instructions per request are the difference of the two runs'
+totals over the difference of their requests: start-up, the TLS handshakes and shutdown are in
+both and cancel. User-space instructions only: the kernel's share (system calls, the network
+stack) is not counted, and the CPU time of bench/realpath.py is what users pay; this measures
+the work a change removes or adds, to a fraction of a percent, where CPU time on this machine
+moves ±25 % between repeats. Two things it weighs unlike the CPU: cache misses cost nothing
+here, and a copy that glibc's `memcpy` does with `rep movsb` (above a few KB) counts one
+instruction per byte, where the CPU moves tens of bytes a cycle; so a change found here is
+confirmed with bench/realpath.sh on a quiet machine. REPEATS (default 2) runs show what
+remains of nondeterminism (thread scheduling, hash seeds). KEEP=DIR keeps the callgrind files there, for
+`callgrind_annotate --inclusive=yes DIR/FILE` to say where the instructions go.
+"""
+
+import os
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import loadtest as lt  # noqa: E402
+import realpath as rp  # noqa: E402
+
+PROXY, ADMIN = 18540, 18541
+# Under callgrind a proxy is 20 to 100 times slower: it starts, and reads discovery, slowly.
+STARTUP_TIMEOUT = 120
+
+
+def totals(path):
+    """The instructions (Ir) a callgrind output file counted."""
+    with open(path) as f:
+        for line in f:
+            if line.startswith(("summary:", "totals:")):
+                return int(line.split()[1])
+    sys.exit(f"{path}: no totals line (did callgrind finish?)")
+
+
+def counted(label, argv, wait, proto, requests, connections, work, keep):
+    """Starts `argv` under callgrind, sends `requests` GETs and stops it: the instructions."""
+    out = os.path.join(work, f"callgrind.{label}.{proto}.{requests}")
+    p = subprocess.Popen(["taskset", "-c", lt.PROXY_CORE, "valgrind", "--tool=callgrind", "--quiet", "--trace-children=yes",
+                          f"--callgrind-out-file={out}"] + argv,
+                         stdout=subprocess.DEVNULL, stderr=open(out + ".log", "wb"), start_new_session=True)
+    try:
+        wait()
+        rp.h2load(PROXY, proto, ["-n", str(requests), "-c", str(connections), "-m", "1"])
+    finally:
+        p.send_signal(signal.SIGTERM)
+        try:
+            p.wait(timeout=STARTUP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+    n = totals(out)
+    if keep:
+        shutil.copy(out, keep)
+    return n
+
+
+def main():
+    if len(sys.argv) > 1 and sys.argv[1] in ("-h", "--help"):
+        sys.exit(__doc__)
+    few, many = int(os.environ.get("FEW", "1000")), int(os.environ.get("MANY", "3000"))
+    reps = int(os.environ.get("REPEATS", "2"))
+    connections = int(os.environ.get("CONNECTIONS", "32"))
+    protos = os.environ.get("PROTOS", "h2 h1").split()
+    keep = os.environ.get("KEEP", "")
+    if not protos or set(protos) - {"h2", "h1"}:
+        sys.exit(f"PROTOS={os.environ.get('PROTOS')!r}: give h2, h1 or both")
+    if not connections <= few < many:
+        sys.exit(f"need CONNECTIONS <= FEW < MANY (got {connections}, {few}, {many})")
+    if keep:
+        os.makedirs(keep, exist_ok=True)
+
+    binaries = []  # (label, path)
+    for i, arg in enumerate(sys.argv[1:] or [os.path.join(lt.ROOT, "target/release/mvproxy")]):
+        label, _, path = arg.rpartition("=")
+        binaries.append((label or ("mvproxy" if i == 0 else f"mvproxy-{i + 1}"), path))
+
+    work = tempfile.mkdtemp(prefix="mvproxy-instructions-")
+    os.chmod(work, 0o755)  # nginx workers run as another user
+    procs = lt.Procs()
+    try:
+        cert, key, ca = rp.make_certs(work)
+        with open(os.path.join(work, "tls.pem"), "w") as f:
+            f.write(open(cert).read() + open(key).read())
+        lt.write_configs(work, cert, key)  # the document root
+        nginx, haproxy = rp.proxies_conf(work, cert, key, ca)
+        # One process each, so that callgrind counts all of it (nginx's workers are forked).
+        nginx = nginx.replace(f"127.0.0.1:{rp.NGINX_RP}", f"127.0.0.1:{PROXY}").replace(
+            "worker_processes 1;", "worker_processes 1;\nmaster_process off;")
+        haproxy = haproxy.replace(f"127.0.0.1:{rp.HAPROXY_RP}", f"127.0.0.1:{PROXY}")
+        for name, text in [("up-tls.conf", rp.upstream_conf(work, os.path.join(work, "root"), cert, key)),
+                           ("rp.conf", nginx), ("rp.cfg", haproxy)]:
+            with open(os.path.join(work, name), "w") as f:
+                f.write(text)
+        procs.start("upstream", ["nginx", "-c", f"{work}/up-tls.conf", "-g", "daemon off;"], lt.PROXY_CORE)
+        lt.wait_port(rp.UP_TLS)
+
+        configs = [("haproxy", ["haproxy", "-db", "-f", f"{work}/rp.cfg"], lambda: lt.wait_port(PROXY, STARTUP_TIMEOUT)),
+                   ("nginx", ["nginx", "-c", f"{work}/rp.conf", "-g", "daemon off;"],
+                    lambda: lt.wait_port(PROXY, STARTUP_TIMEOUT))]
+        for label, path in binaries:
+            argv = [path, "serve", "--local", f"https://127.0.0.1:{rp.UP_TLS}", "--local-ca-file", ca,
+                    "--listen", f"127.0.0.1:{PROXY}", "--admin-listen", f"127.0.0.1:{ADMIN}",
+                    "--tls-cert-file", cert, "--tls-key-file", key, "--log-format", "json"]
+            configs.append((label, argv, lambda: lt.wait_ready(ADMIN, STARTUP_TIMEOUT)))
+        print(f"# {len(configs)} proxies x {len(protos)} client protocol(s) x {reps} repeat(s) under callgrind: "
+              f"{few} and {many} requests from {connections} connections; GET {lt.PATH}", flush=True)
+        results = {}
+        for rep in range(reps):
+            for label, argv, wait in configs:
+                for proto in protos:
+                    t0 = time.time()
+                    a = counted(label, argv, wait, proto, few, connections, work, keep)
+                    b = counted(label, argv, wait, proto, many, connections, work, keep)
+                    per = (b - a) / (many - few)
+                    results.setdefault((label, proto), []).append(per)
+                    print(f"  [{rep + 1}] {label:14} {proto}  {per:9.0f} instructions/request "
+                          f"({time.time() - t0:.0f} s)", flush=True)
+        table = render(results, [c[0] for c in configs], protos, reps, few, many, connections)
+        print()
+        print(table)
+        out_dir = os.path.join(lt.ROOT, "target/loadtest")
+        os.makedirs(out_dir, exist_ok=True)
+        with open(os.path.join(out_dir, "instructions.md"), "w") as f:
+            f.write(table)
+    finally:
+        procs.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def render(results, labels, protos, reps, few, many, connections):
+    first = labels[2]  # the first mvproxy binary
+    rows = [
+        f"Loopback, {lt.machine()}. User-space instructions per request under callgrind (the difference of "
+        f"{few} and {many} requests over {connections} connections; median and spread over {reps} repeat(s)); "
+        f"GET {lt.PATH} (2 KB PodList) from an nginx serving HTTP/2 over TLS.",
+        "",
+        f"| proxy | client | instructions per request | vs HAProxy | vs {first} |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for label in labels:
+        for proto in protos:
+            v = results[(label, proto)]
+            mid = statistics.median(v)
+            spread = f" ({min(v):,.0f}–{max(v):,.0f})" if len(v) > 1 else ""
+            rows.append(f"| {label} | {'HTTP/2' if proto == 'h2' else 'HTTP/1.1'} | {mid:,.0f}{spread} | "
+                        f"{mid / statistics.median(results[('haproxy', proto)]):.3f} | "
+                        f"{mid / statistics.median(results[(first, proto)]):.3f} |")
+    return "\n".join(rows) + "\n"
+
+
+if __name__ == "__main__":
+    main()
