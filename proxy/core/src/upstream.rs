@@ -461,9 +461,9 @@ impl Upstream {
             req.headers_mut().insert(header::HOST, self.host.clone());
         }
         if upgrade {
-            return Ok(self
-                .h1
-                .send_upgrade(&self.base, req)
+            // Boxed, as the pools' dials: an upgrade's dial is kept out of every request's
+            // future.
+            return Ok(Box::pin(self.h1.send_upgrade(&self.base, req))
                 .await?
                 .map(UpstreamBody::from));
         }

@@ -199,7 +199,8 @@ impl H1Pool {
             };
             let (mut c, reused) = match idle {
                 Some(c) => (c, true),
-                None => match self.connect(base).await {
+                // Boxed, as `H2Pool`'s dial: kept out of every request's future.
+                None => match Box::pin(self.connect(base)).await {
                     Ok(c) => (c, false),
                     Err(cause) => return Err(unsent(cause, req)),
                 },

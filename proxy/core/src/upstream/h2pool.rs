@@ -272,7 +272,10 @@ impl H2Pool {
         done: watch::Sender<Option<Dialed>>,
     ) -> Result<Option<Stream>, BoxError> {
         let _dialing = Dialing(self);
-        let result = self.connect(base).await;
+        // Boxed: the handshake's future is most of a request's (6.5 KB of 13.6 KB), and every
+        // request's future is copied whole into its task when hyper spawns it, though only the
+        // request that dials ever uses this part (bench/PERF_NOTES.md, eleventh round).
+        let result = Box::pin(self.connect(base)).await;
         let stream = match &result {
             Ok(Some(c)) => {
                 let stream = reserve(c, true);
