@@ -12,14 +12,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-missing=()
-for tool in valgrind:valgrind nginx:nginx-light haproxy:haproxy h2load:nghttp2-client openssl:openssl taskset:util-linux python3:python3; do
-  command -v "${tool%%:*}" >/dev/null || missing+=("${tool#*:}")
-done
-if ((${#missing[@]})); then
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq && apt-get install -y -qq "${missing[@]}" >/dev/null
-fi
+# shellcheck source=need-tools.sh
+. bench/need-tools.sh
+need_tools valgrind:valgrind nginx:nginx-light haproxy:haproxy h2load:nghttp2-client openssl:openssl taskset:util-linux python3:python3
 if (($# == 0)); then
   cargo build --release -p mvproxy --bin mvproxy -q
 fi

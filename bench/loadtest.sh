@@ -16,14 +16,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 OHA_VERSION=1.16.0
 
-missing=()
-for tool in nginx:nginx-light haproxy:haproxy wrk:wrk openssl:openssl taskset:util-linux python3:python3; do
-  command -v "${tool%%:*}" >/dev/null || missing+=("${tool#*:}")
-done
-if ((${#missing[@]})); then
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq && apt-get install -y -qq "${missing[@]}" >/dev/null
-fi
+# shellcheck source=need-tools.sh
+. bench/need-tools.sh
+need_tools nginx:nginx-light haproxy:haproxy wrk:wrk openssl:openssl taskset:util-linux python3:python3
 if ! command -v oha >/dev/null || [[ "$(oha --version)" != *"$OHA_VERSION"* ]]; then
   cargo install oha --version "$OHA_VERSION" --locked -q
 fi

@@ -11,14 +11,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-missing=()
-for tool in nginx:nginx-light haproxy:haproxy h2load:nghttp2-client openssl:openssl taskset:util-linux python3:python3 perf:linux-perf; do
-  command -v "${tool%%:*}" >/dev/null || missing+=("${tool#*:}")
-done
-if ((${#missing[@]})); then
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq && apt-get install -y -qq "${missing[@]}" >/dev/null
-fi
+# shellcheck source=need-tools.sh
+. bench/need-tools.sh
+need_tools nginx:nginx-light haproxy:haproxy h2load:nghttp2-client openssl:openssl taskset:util-linux python3:python3 perf:linux-perf
 if (($# == 0)); then
   cargo build --release -p mvproxy --bin mvproxy -q
 fi
