@@ -21,8 +21,8 @@ moves ±25 % between repeats. Two things it weighs unlike the CPU: cache misses 
 here, and a copy that glibc's `memcpy` does with `rep movsb` (above a few KB) counts one
 instruction per byte, where the CPU moves tens of bytes a cycle; so a change found here is
 confirmed with bench/realpath.sh on a quiet machine. REPEATS (default 2) runs show what
-remains of nondeterminism (thread scheduling, hash seeds). KEEP=DIR keeps the callgrind files there, for
-`callgrind_annotate --inclusive=yes DIR/FILE` to say where the instructions go.
+remains of nondeterminism (thread scheduling, hash seeds). KEEP=DIR keeps the callgrind files
+there, for `callgrind_annotate --inclusive=yes DIR/FILE` to say where the instructions go.
 """
 
 import os
@@ -93,6 +93,8 @@ def main():
     binaries = []  # (label, path)
     for i, arg in enumerate(sys.argv[1:] or [os.path.join(lt.ROOT, "target/release/mvproxy")]):
         label, _, path = arg.rpartition("=")
+        if not os.access(path, os.X_OK):
+            sys.exit(f"{arg}: {path} is not an executable file")
         binaries.append((label or ("mvproxy" if i == 0 else f"mvproxy-{i + 1}"), path))
 
     work = tempfile.mkdtemp(prefix="mvproxy-instructions-")
