@@ -2,11 +2,12 @@
 """Instructions per request on the real path, counted by valgrind's callgrind: a measure that
 does not move with the machine's load, for A/B runs of changes too small for CPU time to show.
 
-    python3 bench/instructions.py [[LABEL=]BINARY ...]
+    python3 bench/instructions.py [[LABEL=]BINARY[@RATIO] ...]
 
 Run it through bench/instructions.sh (installs the tools, builds mvproxy). The setup is
 bench/realpath.py's: an nginx upstream serving HTTP/2 over TLS, and in front of it each mvproxy
-binary given (default target/release/mvproxy), HAProxy (`proto h2` over TLS) and nginx
+binary given (default target/release/mvproxy; `@RATIO` exports spans sampled with
+`traceidratio` RATIO to a local OTLP sink, as in bench/realpath.py), HAProxy (`proto h2` over TLS) and nginx
 (HTTP/1.1 over TLS out), TLS in. One proxy at a time runs under callgrind; the upstream and
 h2load run natively.
 
@@ -39,7 +40,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import loadtest as lt  # noqa: E402
 import realpath as rp  # noqa: E402
 
-PROXY, ADMIN = 18540, 18541
+PROXY, ADMIN, SINK = 18540, 18541, 18542
 # Under callgrind a proxy is 20 to 100 times slower: it starts, and reads discovery, slowly.
 STARTUP_TIMEOUT = 120
 
@@ -53,12 +54,13 @@ def totals(path):
     sys.exit(f"{path}: no totals line (did callgrind finish?)")
 
 
-def counted(label, argv, wait, proto, requests, connections, work, keep):
+def counted(label, argv, env, wait, proto, requests, connections, work, keep):
     """Starts `argv` under callgrind, sends `requests` GETs and stops it: the instructions."""
     out = os.path.join(work, f"callgrind.{label}.{proto}.{requests}")
     p = subprocess.Popen(["taskset", "-c", lt.PROXY_CORE, "valgrind", "--tool=callgrind", "--quiet", "--trace-children=yes",
                           f"--callgrind-out-file={out}"] + argv,
-                         stdout=subprocess.DEVNULL, stderr=open(out + ".log", "wb"), start_new_session=True)
+                         env=env, stdout=subprocess.DEVNULL, stderr=open(out + ".log", "wb"),
+                         start_new_session=True)
     try:
         wait()
         rp.h2load(PROXY, proto, ["-n", str(requests), "-c", str(connections), "-m", "1"])
@@ -90,12 +92,14 @@ def main():
     if keep:
         os.makedirs(keep, exist_ok=True)
 
-    binaries = []  # (label, path)
+    binaries = []  # (label, path, sampling ratio or "")
     for i, arg in enumerate(sys.argv[1:] or [os.path.join(lt.ROOT, "target/release/mvproxy")]):
-        label, _, path = arg.rpartition("=")
+        label, _, rest = arg.rpartition("=")
+        path, _, ratio = rest.partition("@")
         if not os.access(path, os.X_OK):
             sys.exit(f"{arg}: {path} is not an executable file")
-        binaries.append((label or ("mvproxy" if i == 0 else f"mvproxy-{i + 1}"), path))
+        label = label or ("mvproxy" if i == 0 else f"mvproxy-{i + 1}")
+        binaries.append((label + (f"@{ratio}" if ratio else ""), path, ratio))
 
     work = tempfile.mkdtemp(prefix="mvproxy-instructions-")
     os.chmod(work, 0o755)  # nginx workers run as another user
@@ -117,23 +121,33 @@ def main():
         procs.start("upstream", ["nginx", "-c", f"{work}/up-tls.conf", "-g", "daemon off;"], lt.PROXY_CORE)
         lt.wait_port(rp.UP_TLS)
 
-        configs = [("haproxy", ["haproxy", "-db", "-f", f"{work}/rp.cfg"], lambda: lt.wait_port(PROXY, STARTUP_TIMEOUT)),
-                   ("nginx", ["nginx", "-c", f"{work}/rp.conf", "-g", "daemon off;"],
+        if any(ratio for _, _, ratio in binaries):
+            procs.start("sink", [sys.executable, os.path.join(lt.ROOT, "bench/loadtest.py"), "--sink", str(SINK)],
+                        lt.LOAD_CORE)
+            lt.wait_port(SINK)
+        plain = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+        configs = [("haproxy", ["haproxy", "-db", "-f", f"{work}/rp.cfg"], plain,
+                    lambda: lt.wait_port(PROXY, STARTUP_TIMEOUT)),
+                   ("nginx", ["nginx", "-c", f"{work}/rp.conf", "-g", "daemon off;"], plain,
                     lambda: lt.wait_port(PROXY, STARTUP_TIMEOUT))]
-        for label, path in binaries:
+        for label, path, ratio in binaries:
             argv = [path, "serve", "--local", f"https://127.0.0.1:{rp.UP_TLS}", "--local-ca-file", ca,
                     "--listen", f"127.0.0.1:{PROXY}", "--admin-listen", f"127.0.0.1:{ADMIN}",
                     "--tls-cert-file", cert, "--tls-key-file", key, "--log-format", "json"]
-            configs.append((label, argv, lambda: lt.wait_ready(ADMIN, STARTUP_TIMEOUT)))
+            env = dict(plain)
+            if ratio:
+                env.update(OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{SINK}", OTEL_TRACES_SAMPLER="traceidratio",
+                           OTEL_TRACES_SAMPLER_ARG=ratio)
+            configs.append((label, argv, env, lambda: lt.wait_ready(ADMIN, STARTUP_TIMEOUT)))
         print(f"# {len(configs)} proxies x {len(protos)} client protocol(s) x {reps} repeat(s) under callgrind: "
               f"{few} and {many} requests from {connections} connections; GET {lt.PATH}", flush=True)
         results = {}
         for rep in range(reps):
-            for label, argv, wait in configs:
+            for label, argv, env, wait in configs:
                 for proto in protos:
                     t0 = time.time()
-                    a = counted(label, argv, wait, proto, few, connections, work, keep)
-                    b = counted(label, argv, wait, proto, many, connections, work, keep)
+                    a = counted(label, argv, env, wait, proto, few, connections, work, keep)
+                    b = counted(label, argv, env, wait, proto, many, connections, work, keep)
                     per = (b - a) / (many - few)
                     results.setdefault((label, proto), []).append(per)
                     print(f"  [{rep + 1}] {label:14} {proto}  {per:9.0f} instructions/request "

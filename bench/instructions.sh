@@ -4,7 +4,7 @@
 # what is measured).
 #
 #   bench/instructions.sh                      mvproxy built in release; the run ~5 min
-#   bench/instructions.sh OLD new=NEW          several builds side by side (an A/B)
+#   bench/instructions.sh OLD new=NEW NEW@0.1  several builds (and sampled export) side by side
 #
 # From a fresh Debian machine: installs valgrind, nginx-light, haproxy, h2load (nghttp2-client)
 # and openssl (apt). Variables: FEW, MANY, REPEATS, CONNECTIONS, PROTOS, KEEP. The table is
