@@ -92,14 +92,10 @@ def main():
     if keep:
         os.makedirs(keep, exist_ok=True)
 
-    binaries = []  # (label, path, sampling ratio or "")
-    for i, arg in enumerate(sys.argv[1:] or [os.path.join(lt.ROOT, "target/release/mvproxy")]):
-        label, _, rest = arg.rpartition("=")
-        path, _, ratio = rest.partition("@")
+    binaries = rp.parse_binaries(sys.argv[1:])
+    for _, path, _ in binaries:
         if not os.access(path, os.X_OK):
-            sys.exit(f"{arg}: {path} is not an executable file")
-        label = label or ("mvproxy" if i == 0 else f"mvproxy-{i + 1}")
-        binaries.append((label + (f"@{ratio}" if ratio else ""), path, ratio))
+            sys.exit(f"{path} is not an executable file")
 
     work = tempfile.mkdtemp(prefix="mvproxy-instructions-")
     os.chmod(work, 0o755)  # nginx workers run as another user

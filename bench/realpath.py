@@ -180,6 +180,18 @@ def open_loop(port, proto, duration, rate, work):
     return n, lat[len(lat) // 2], lat[min(len(lat) - 1, len(lat) * 99 // 100)]
 
 
+def parse_binaries(args):
+    """`[LABEL=]BINARY[@RATIO]` arguments (default target/release/mvproxy) as (label, path,
+    sampling ratio or ""), labelled `mvproxy`, `mvproxy-2`, ... when unnamed."""
+    binaries = []
+    for i, arg in enumerate(args or [os.path.join(lt.ROOT, "target/release/mvproxy")]):
+        label, _, rest = arg.rpartition("=")
+        path, _, ratio = rest.partition("@")
+        label = label or ("mvproxy" if i == 0 else f"mvproxy-{i + 1}")
+        binaries.append((label + (f"@{ratio}" if ratio else ""), path, ratio))
+    return binaries
+
+
 def med(values):
     return statistics.median(values) if values else float("nan")
 
@@ -205,12 +217,7 @@ def main():
     out_dir = os.path.join(lt.ROOT, "target/loadtest")
     os.makedirs(out_dir, exist_ok=True)
 
-    binaries = []  # (label, path, sampling ratio or "")
-    for i, arg in enumerate(sys.argv[1:] or [os.path.join(lt.ROOT, "target/release/mvproxy")]):
-        label, _, rest = arg.rpartition("=")
-        path, _, ratio = rest.partition("@")
-        label = label or ("mvproxy" if i == 0 else f"mvproxy-{i + 1}")
-        binaries.append((label + (f"@{ratio}" if ratio else ""), path, ratio))
+    binaries = parse_binaries(sys.argv[1:])
 
     work = tempfile.mkdtemp(prefix="mvproxy-realpath-")
     os.chmod(work, 0o755)  # nginx workers run as another user
