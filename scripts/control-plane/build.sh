@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Builds, once, the pinned and unmodified control-plane binaries the conformance suite runs:
-# kube-apiserver v1.35.4 and v1.36.3 (k8s.io/kubernetes/cmd/kube-apiserver) and etcd v3.6.16
-# (go.etcd.io/etcd/server/v3/etcdmain), each from the small module beside this script, whose
-# go.mod and go.sum are committed.
+# kube-apiserver v1.35.4, v1.36.3 and v1.37.2 (k8s.io/kubernetes/cmd/kube-apiserver, with
+# cmd/kube-controller-manager and cmd/kube-scheduler where the module lists them as tools, in
+# the same `go build`) and etcd v3.6.16 and v3.7.0 (go.etcd.io/etcd/server/v3/etcdmain), each
+# from the small module beside this script, whose go.mod and go.sum are committed.
 #
 # Binaries are cached by version under ${XDG_CACHE_HOME:-$HOME/.cache}/mvproxy/<component>-<version>/
 # together with a hash of the inputs (go.mod, go.sum, flags), so a second run only checks hashes.
 #
-# usage: build.sh [component-version ...]   (default: all; e.g. build.sh kube-apiserver-v1.36.3)
+# usage: build.sh [component-version ...]   (default: what the conformance suite's default pair
+#        runs, 1.35.4 and 1.36.3 on etcd 3.6.16; e.g. build.sh kube-apiserver-v1.37.2 etcd-v3.7.0)
 # prints the binary paths, one per line, as NAME=PATH (KUBE_APISERVER_V1_36_3=..., ETCD_V3_6_16=...)
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -35,7 +37,8 @@ for t in "${targets[@]}"; do
         ldflags+=" -X $pkg.gitVersion=v$ver -X $pkg.gitMajor=$major -X $pkg.gitMinor=$minor"
         ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
       done
-      pkgpath=k8s.io/kubernetes/cmd/kube-apiserver
+      # Every command the module lists as a tool (gen-gomod.sh), in one invocation.
+      pkgpath=$(awk '/^tool \(/ {t=1; next} t && /^\)/ {t=0} t {print $1} /^tool k8s/ {print $2}' "$mod/go.mod")
       ;;
     etcd)
       ldflags="-s -w"
@@ -51,11 +54,17 @@ for t in "${targets[@]}"; do
     echo "build.sh: building $t (cold: minutes) ..." >&2
     mkdir -p "$out"
     start=$(date +%s)
-    (cd "$mod" && CGO_ENABLED=0 nice -n 10 go build -mod=readonly -trimpath -ldflags "$ldflags" -o "$bin.tmp" "$pkgpath")
-    mv "$bin.tmp" "$bin"
+    rm -rf "$out/tmp" && mkdir -p "$out/tmp"
+    # shellcheck disable=SC2086 # pkgpath is a list of packages
+    (cd "$mod" && CGO_ENABLED=0 nice -n 10 go build -mod=readonly -trimpath -ldflags "$ldflags" -o "$out/tmp/" $pkgpath)
+    [ -x "$out/tmp/$comp" ] || mv "$out/tmp/"* "$out/tmp/$comp"
+    mv "$out/tmp/"* "$out/" && rmdir "$out/tmp"
     echo "$want" >"$out/inputs.sha256"
     echo "build.sh: built $t in $(( $(date +%s) - start ))s" >&2
   fi
-  name=$(echo "$t" | tr 'a-z.-' 'A-Z__')
-  echo "$name=$bin"
+  for p in $pkgpath; do
+    [ "$p" = . ] && p=$comp
+    name=$(echo "${p##*/}-v$ver" | tr 'a-z.-' 'A-Z__')
+    echo "$name=$out/${p##*/}"
+  done
 done

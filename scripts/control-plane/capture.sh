@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Captures the discovery fixtures in fixtures/discovery/kube-apiserver-<version>/ (and the OpenAPI
 # ones in fixtures/openapi/kube-apiserver-<version>/) from real,
-# unmodified kube-apiservers (v1.35.4 and v1.36.3, see build.sh), started by lib.sh against one
-# etcd with --runtime-config=api/all=true. fixtures/discovery/README.md describes the files.
+# unmodified kube-apiservers (OLD and NEW, by default v1.35.4 and v1.36.3, see build.sh), started
+# by lib.sh against one etcd with --runtime-config=api/all=true. fixtures/discovery/README.md
+# describes the files.
 #
 # Two control planes are started, one after the other:
 # 1. upstream's Mixed Version Proxy off: each server's own documents (every Accept variant);
@@ -10,6 +11,9 @@
 #    1.36 server's peer-aggregated /apis (its peer being the 1.35 server), and the 1.35 one's.
 #
 # usage: capture.sh [OUT_DIR]   (default: fixtures/discovery of this repository)
+# env:   OLD, NEW       the pair (default 1.35.4, 1.36.3); CP_ETCD_VERSION the etcd (lib.sh).
+#        OLD=1.36.3 NEW=1.37.2 CP_ETCD_VERSION=3.7.0 capture.sh /tmp/x captures the newer pair;
+#        copy /tmp/x/kube-apiserver-1.37.2 (its peer-aggregated/ is its merge with 1.36.3).
 #
 # capture.sh catalog [VERSION ...] (default: every kube-apiserver-v* module beside this script)
 # captures instead what each release serves with its DEFAULT feature gates and runtime config
@@ -122,7 +126,7 @@ capture_defaults() {
 }
 
 if [ "$mode" = catalog ]; then
-  builds=(etcd-v3.6.16)
+  builds=("etcd-v$CP_ETCD_VERSION")
   for v in "${versions[@]}"; do builds+=("kube-apiserver-v$v"); done
   cp_init "${builds[@]}"
   cp_pki
@@ -130,33 +134,34 @@ if [ "$mode" = catalog ]; then
   exit 0
 fi
 
-cp_init
+OLD=${OLD:-1.35.4} NEW=${NEW:-1.36.3}
+cp_init "etcd-v$CP_ETCD_VERSION" "kube-apiserver-v$OLD" "kube-apiserver-v$NEW"
 cp_pki
 
 cp_log "control plane 1: upstream's Mixed Version Proxy off"
 cp_start_etcd
-cp_start_apiserver apiserver-old 1.35.4 127.0.0.2
-cp_start_apiserver apiserver-new 1.36.3 127.0.0.3
+cp_start_apiserver apiserver-old $OLD 127.0.0.2
+cp_start_apiserver apiserver-new $NEW 127.0.0.3
 cp_wait_ready apiserver-old 127.0.0.2
 cp_wait_ready apiserver-new 127.0.0.3
-capture_local 127.0.0.2 "$out/kube-apiserver-1.35.4"
-capture_local 127.0.0.3 "$out/kube-apiserver-1.36.3"
+capture_local 127.0.0.2 "$out/kube-apiserver-$OLD"
+capture_local 127.0.0.3 "$out/kube-apiserver-$NEW"
 cp_cleanup
 
 cp_log "control plane 2: upstream's Mixed Version Proxy on in both"
 rm -rf "$CP_DIR/run/etcd"
 : >"$CP_DIR/pids"
 cp_start_etcd
-cp_start_apiserver apiserver-old 1.35.4 127.0.0.2 mvp
-cp_start_apiserver apiserver-new 1.36.3 127.0.0.3 mvp
+cp_start_apiserver apiserver-old $OLD 127.0.0.2 mvp
+cp_start_apiserver apiserver-new $NEW 127.0.0.3 mvp
 cp_wait_ready apiserver-old 127.0.0.2
 cp_wait_ready apiserver-new 127.0.0.3
-# Peer discovery is fetched when a peer's identity lease appears; wait until the 1.36 server's
-# /apis lists a group-version only the 1.35 server serves, or give up after 60 s.
+# Peer discovery is fetched when a peer's identity lease appears; wait until the NEW server's
+# /apis lists a group-version only the OLD server serves, or give up after 60 s.
 only_old=$(comm -23 \
-  <(jq -r '.items[] | .metadata.name as $g | .versions[] | "\($g)/\(.version)"' "$out/kube-apiserver-1.35.4/aggregated_v2_nopeer.json" | sort) \
-  <(jq -r '.items[] | .metadata.name as $g | .versions[] | "\($g)/\(.version)"' "$out/kube-apiserver-1.36.3/aggregated_v2_nopeer.json" | sort) | head -1)
-cp_log "waiting for the 1.36 server's /apis to list $only_old (only 1.35 serves it)"
+  <(jq -r '.items[] | .metadata.name as $g | .versions[] | "\($g)/\(.version)"' "$out/kube-apiserver-$OLD/aggregated_v2_nopeer.json" | sort) \
+  <(jq -r '.items[] | .metadata.name as $g | .versions[] | "\($g)/\(.version)"' "$out/kube-apiserver-$NEW/aggregated_v2_nopeer.json" | sort) | head -1)
+cp_log "waiting for the $NEW server's /apis to list $only_old (only $OLD serves it)"
 for _ in $(seq 1 120); do
   if cp_curl 127.0.0.3 /apis -H "Accept: $V2" |
     jq -e --arg gv "$only_old" '[.items[] | .metadata.name as $g | .versions[] | "\($g)/\(.version)"] | index($gv)' >/dev/null; then
@@ -164,7 +169,7 @@ for _ in $(seq 1 120); do
   fi
   sleep 0.5
 done
-for pair in "127.0.0.2 kube-apiserver-1.35.4" "127.0.0.3 kube-apiserver-1.36.3"; do
+for pair in "127.0.0.2 kube-apiserver-$OLD" "127.0.0.3 kube-apiserver-$NEW"; do
   set -- $pair
   get "$1" /apis "$V2" "$out/$2/peer-aggregated/aggregated_v2.json"
   get "$1" /apis "$V2;profile=nopeer" "$out/$2/peer-aggregated/aggregated_v2_nopeer.json"
@@ -172,10 +177,10 @@ done
 # Server IDs (identity lease names): upstream's merge orders servers by them.
 old_id=$(cp_lease_of 127.0.0.3 apiserver-old)
 new_id=$(cp_lease_of 127.0.0.3 apiserver-new)
-for v in 1.35.4 1.36.3; do
-  jq -n --arg old "$old_id" --arg new "$new_id" \
-    '{"kube-apiserver-1.35.4": {"host": "apiserver-old", "id": $old, "address": "127.0.0.2:6443"},
-      "kube-apiserver-1.36.3": {"host": "apiserver-new", "id": $new, "address": "127.0.0.3:6443"}}' \
+for v in $OLD $NEW; do
+  jq -n --arg old "$old_id" --arg new "$new_id" --arg oldkey "kube-apiserver-$OLD" --arg newkey "kube-apiserver-$NEW" \
+    '{($oldkey): {"host": "apiserver-old", "id": $old, "address": "127.0.0.2:6443"},
+      ($newkey): {"host": "apiserver-new", "id": $new, "address": "127.0.0.3:6443"}}' \
     >"$out/kube-apiserver-$v/peer-aggregated/servers.json"
 done
 cp_log "captured into $out"

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Writes the go.mod of a small module that builds an unmodified kube-apiserver release.
+# Writes the go.mod of a small module that builds an unmodified Kubernetes control-plane
+# release: kube-apiserver, kube-controller-manager and kube-scheduler, each a `tool` of the
+# module, so build.sh builds all three in one `go build` (they share most packages).
 #
 # Why: k8s.io/kubernetes cannot be `go install`ed, because its go.mod replaces every staging
 # module (k8s.io/api, k8s.io/apiserver, ...) with a local directory
@@ -17,7 +19,8 @@ upstream=$(curl -fsS "https://proxy.golang.org/k8s.io/kubernetes/@v/v$ver.mod")
 go_line=$(printf '%s\n' "$upstream" | grep -m1 '^go ')
 godebug_line=$(printf '%s\n' "$upstream" | grep -m1 '^godebug ' || true)
 {
-  echo "// Builds unmodified k8s.io/kubernetes v$ver cmd/kube-apiserver (see ../gen-gomod.sh)."
+  echo "// Builds unmodified k8s.io/kubernetes v$ver cmd/kube-apiserver, cmd/kube-controller-manager"
+  echo "// and cmd/kube-scheduler (see ../gen-gomod.sh)."
   echo "module mvproxy.local/control-plane/kube-apiserver-v$ver"
   echo
   echo "$go_line"
@@ -35,5 +38,7 @@ godebug_line=$(printf '%s\n' "$upstream" | grep -m1 '^godebug ' || true)
   echo ")"
 } >"$dir/go.mod"
 cd "$dir"
-GOFLAGS=-mod=mod go get -tool "k8s.io/kubernetes/cmd/kube-apiserver@v$ver"
+for cmd in kube-apiserver kube-controller-manager kube-scheduler; do
+  GOFLAGS=-mod=mod go get -tool "k8s.io/kubernetes/cmd/$cmd@v$ver"
+done
 go mod tidy
