@@ -159,14 +159,113 @@ async fn legacy_clients_see_merged_groups_and_peer_only_group_versions() {
     assert_eq!(r.status, StatusCode::OK);
     assert_eq!(r.header("x-standin-server"), "apiserver-a");
     assert_eq!(r.json()["groupVersion"], "resource.k8s.io/v1beta2");
-    // one both serve stays local
-    let r = get(
-        &format!("{}/apis/resource.k8s.io/v1alpha3", c.proxy_b.url()),
-        &[],
-    )
-    .await
-    .unwrap();
+    // one both serve with the same resources is the local server's own document
+    let r = get(&format!("{}/apis/apps/v1", c.proxy_b.url()), &[])
+        .await
+        .unwrap();
     assert_eq!(r.header("x-standin-server"), "apiserver-b");
+}
+
+/// The resource names of an `APIResourceList`, sorted.
+fn resource_names(list: &serde_json::Value) -> Vec<String> {
+    let mut names: Vec<String> = list["resources"]
+        .as_array()
+        .expect("resources")
+        .iter()
+        .filter_map(|r| r["name"].as_str().map(str::to_owned))
+        .collect();
+    names.sort();
+    names
+}
+
+#[tokio::test]
+async fn a_group_version_both_releases_serve_lists_the_resources_of_both() {
+    let c = Cluster::start().await;
+    // resource.k8s.io/v1alpha3: 1.31 serves podschedulingcontexts and the *parameters
+    // resources there, 1.34 serves devicetaintrules, which 1.31 does not.
+    let own = |url: String| async move { get(&url, &[]).await.unwrap().json() };
+    let path = "/apis/resource.k8s.io/v1alpha3";
+    let of_a = own(format!("{}{path}", c.a.url())).await;
+    let of_b = own(format!("{}{path}", c.b.url())).await;
+    let mut union = resource_names(&of_a);
+    union.extend(resource_names(&of_b));
+    union.sort();
+    union.dedup();
+    assert!(
+        union.len() > resource_names(&of_a).len() && union.len() > resource_names(&of_b).len(),
+        "each release serves something the other does not: {union:?}"
+    );
+    for proxy in [&c.proxy_a, &c.proxy_b] {
+        let r = get(&format!("{}{path}", proxy.url()), &[]).await.unwrap();
+        assert_eq!(r.status, StatusCode::OK, "{}", r.text());
+        assert_eq!(r.header("x-standin-server"), "", "answered by mvproxy");
+        let list = r.json();
+        assert_eq!(list["kind"], "APIResourceList");
+        assert_eq!(list["groupVersion"], "resource.k8s.io/v1alpha3");
+        assert_eq!(resource_names(&list), union);
+
+        // ETag and 304, as for the merged /apis
+        let etag = r.header("etag");
+        assert_eq!(etag.len(), 130, "quoted SHA-512: {etag}");
+        let again = get(
+            &format!("{}{path}", proxy.url()),
+            &[("if-none-match", &etag)],
+        )
+        .await
+        .unwrap();
+        assert_eq!(again.status, StatusCode::NOT_MODIFIED);
+
+        // profile=nopeer: the local server's own
+        let r = get(
+            &format!("{}{path}", proxy.url()),
+            &[("accept", "application/json;profile=nopeer")],
+        )
+        .await
+        .unwrap();
+        assert_ne!(r.header("x-standin-server"), "");
+    }
+
+    // APIGroup: the versions of both, preferred as the merged /apis says
+    let r = get(&format!("{}/apis/resource.k8s.io", c.proxy_b.url()), &[])
+        .await
+        .unwrap();
+    let group = r.json();
+    assert_eq!(group["kind"], "APIGroup", "{group}");
+    let versions: Vec<&str> = group["versions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|v| v["version"].as_str())
+        .collect();
+    let merged = get(&format!("{}/apis", c.proxy_b.url()), &[("accept", V2)])
+        .await
+        .unwrap()
+        .json();
+    let merged_versions: Vec<&str> = merged["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["metadata"]["name"] == "resource.k8s.io")
+        .unwrap()["versions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|v| v["version"].as_str())
+        .collect();
+    assert_eq!(versions, merged_versions);
+    assert_eq!(group["preferredVersion"]["version"], merged_versions[0]);
+
+    let metrics = get(&format!("{}/metrics", c.proxy_b.admin_url()), &[])
+        .await
+        .unwrap()
+        .text();
+    for want in [
+        r#"mvproxy_discovery_document_merges_total{document="apiresourcelist",result="miss"} 1"#,
+        r#"mvproxy_discovery_document_merges_total{document="apiresourcelist",result="hit"} 1"#,
+        r#"mvproxy_discovery_document_merges_total{document="apigroup",result="hit"} 1"#,
+    ] {
+        assert!(metrics.contains(want), "{want}: {metrics}");
+    }
 }
 
 #[tokio::test]

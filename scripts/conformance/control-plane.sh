@@ -194,6 +194,77 @@ for k in "$kubectl_new" "$kubectl_old"; do
   done
 done
 
+# ---- legacy discovery, one group-version at a time: the union through either proxy ----------
+# kubectl 1.27 asks for aggregated discovery v2beta1, which 1.35 and later refuse (406), so it
+# reads legacy discovery: /apis, then every /apis/{g}/{v} (client-go's ServerGroupsAndResources
+# on the legacy path). Upstream answers /apis/{g}/{v} from the local server only
+# (docs/routing.md); mvproxy merges it where both releases serve the group-version.
+kubectl_legacy="$(dirname "$(readlink -f "$kubectl_new")")/kubectl.1.27"
+[ -x "$kubectl_legacy" ] || kubectl_legacy=$(command -v kubectl.1.27 || true)
+if [ -n "$kubectl_legacy" ]; then
+  for via in a b; do
+    api_resources "$kubectl_legacy" "$CP_DIR/via-$via.kc" >"$CP_DIR/ar.txt"
+    d=$(diff "$out/api-resources-union.txt" "$CP_DIR/ar.txt" | grep '^[<>]' | tr '\n' ' ' || true)
+    check "kubectl 1.27 (legacy discovery) api-resources via mvproxy $via = union" "$(wc -l <"$CP_DIR/ar.txt") resources${d:+; differs: $d}" test -z "$d"
+  done
+  # The same client straight to A: what it misses without a version-aware proxy (measured).
+  api_resources "$kubectl_legacy" "$CP_DIR/direct-a.kc" >"$CP_DIR/ar.txt"
+  missing=$(comm -23 "$out/api-resources-union.txt" "$CP_DIR/ar.txt" | tr '\n' ' ')
+  record "kubectl 1.27 api-resources straight to A $OLD (measured, not a check)" PASS "misses $(comm -23 "$out/api-resources-union.txt" "$CP_DIR/ar.txt" | wc -l) of the union: ${missing:-none}"
+else
+  record "kubectl 1.27 (legacy discovery)" FAIL "kubectl.1.27 is not installed beside kubectl"
+fi
+
+# Every group-version both servers serve: /apis/{g}/{v} through each proxy lists the union of
+# the two servers' own lists (storageVersionHash aside: aggregated discovery has none).
+per_gv() {
+  python3 - "$CP_DIR/pki" "$A_IP:$CP_PORT" "$B_IP:$CP_PORT" "$MA_IP:7443" "$MB_IP:7443" >"$out/per-group-version.txt" <<'PY'
+import json, ssl, sys, urllib.request
+pki, a, b, via_a, via_b = sys.argv[1:]
+ctx = ssl.create_default_context(cafile=f"{pki}/ca.crt")
+ctx.load_cert_chain(f"{pki}/admin.crt", f"{pki}/admin.key")
+def get(addr, path, accept="application/json"):
+    req = urllib.request.Request(f"https://{addr}{path}", headers={"Accept": accept, "User-Agent": "mvproxy-conformance"})
+    try:
+        with urllib.request.urlopen(req, context=ctx, timeout=10) as r:
+            return json.load(r)
+    except urllib.error.HTTPError:
+        return None
+def gvs(addr):
+    out = {"v1": "/api/v1"}
+    for g in get(addr, "/apis")["groups"]:
+        for v in g["versions"]:
+            out[v["groupVersion"]] = f"/apis/{v['groupVersion']}"
+    return out
+def names(doc):
+    return sorted(r["name"] for r in doc["resources"])
+ga, gb = gvs(a), gvs(b)
+shared = sorted(set(ga) & set(gb))
+bad = merged = 0
+for gv in shared:
+    path = ga[gv]
+    union = sorted(set(names(get(a, path))) | set(names(get(b, path))))
+    for proxy in (via_a, via_b):
+        got = get(proxy, path)
+        if got is None or names(got) != union:
+            bad += 1
+            print(f"DIFFERS {gv} via {proxy}: {got and names(got)} != {union}")
+    if union != names(get(a, path)) or union != names(get(b, path)):
+        merged += 1
+        print(f"merged {gv}: {len(union)} resources (A {len(names(get(a, path)))}, B {len(names(get(b, path)))})")
+    # profile=nopeer: each proxy's local server's own list
+    own = get(via_a, path, "application/json;profile=nopeer")
+    if own is None or names(own) != names(get(a, path)):
+        bad += 1
+        print(f"DIFFERS nopeer {gv} via A: {own and names(own)}")
+print(f"{len(shared)} shared group-versions, {merged} with resources only one release serves, {bad} wrong answers")
+sys.exit(1 if bad or not merged else 0)
+PY
+}
+if per_gv; then r=PASS; else r=FAIL; fi
+record "/apis/{g}/{v} via either proxy = union of both servers' lists, every shared group-version" $r \
+  "$(tail -1 "$out/per-group-version.txt") ($(grep -m2 DIFFERS "$out/per-group-version.txt" | tr '\n' ' ')per-group-version.txt)"
+
 # ---- a resource only the other release serves: create/get/list/watch/delete ----------------
 
 WL_NEW=workloads.v1alpha2.scheduling.k8s.io

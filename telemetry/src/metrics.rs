@@ -93,6 +93,14 @@ pub mod values {
     pub const OPENAPI_DOCUMENTS: [&str; 3] =
         [OPENAPI_V3_INDEX, OPENAPI_V2_JSON, OPENAPI_V2_PROTOBUF];
 
+    /// `document` of `mvproxy_discovery_document_merges_total`: the legacy `APIGroup` of
+    /// `/apis/{group}`.
+    pub const DISCOVERY_API_GROUP: &str = "apigroup";
+    /// The legacy `APIResourceList` of `/apis/{group}/{version}` or `/api/{version}`.
+    pub const DISCOVERY_API_RESOURCE_LIST: &str = "apiresourcelist";
+    /// Every `document` of `mvproxy_discovery_document_merges_total`.
+    pub const DISCOVERY_DOCUMENTS: [&str; 2] = [DISCOVERY_API_GROUP, DISCOVERY_API_RESOURCE_LIST];
+
     /// `hit` or `miss`.
     pub fn result(hit: bool) -> &'static str {
         if hit { HIT } else { MISS }
@@ -184,10 +192,11 @@ pub struct ReplayLabels {
     pub protocol: &'static str,
 }
 
-/// `document` and `result` of `mvproxy_openapi_merges_total`.
+/// `document` and `result` of `mvproxy_openapi_merges_total` and
+/// `mvproxy_discovery_document_merges_total`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct OpenApiMergeLabels {
-    /// The `document` label (`values::OPENAPI_DOCUMENTS`).
+    /// The `document` label (`values::OPENAPI_DOCUMENTS` or `values::DISCOVERY_DOCUMENTS`).
     pub document: &'static str,
     /// The `result` label: `hit` from the snapshot's cache, `miss` when fetched and merged.
     pub result: &'static str,
@@ -352,6 +361,9 @@ pub struct Metrics {
     pub merges: Family<ResultLabels, Counter>,
     /// `mvproxy_discovery_merge_duration_seconds`.
     pub merge_duration: Histogram,
+    /// `mvproxy_discovery_document_merges_total`: merged legacy documents of one group or
+    /// group-version served, by document, from the snapshot's cache or built.
+    pub document_merges: Family<OpenApiMergeLabels, Counter>,
     /// `mvproxy_openapi_merges_total`: merged OpenAPI documents served, by document, from
     /// the snapshot's cache or fetched and merged.
     pub openapi_merges: Family<OpenApiMergeLabels, Counter>,
@@ -397,6 +409,7 @@ impl Metrics {
             cache_lookup_duration: Family::new_with_constructor(fast_histogram),
             merges: Family::default(),
             merge_duration: fast_histogram(),
+            document_merges: Family::default(),
             openapi_merges: Family::default(),
             openapi_merge_duration: Family::new_with_constructor(fetch_histogram),
             peer_fetch_duration: Family::new_with_constructor(fetch_histogram),
@@ -470,6 +483,11 @@ impl Metrics {
             m.merge_duration.clone(),
         );
         r.register(
+            "discovery_document_merges",
+            "Merged legacy discovery documents of one group (apigroup) or group-version (apiresourcelist) served: hit from the snapshot's cache, miss when built",
+            Declared(m.document_merges.clone()),
+        );
+        r.register(
             "openapi_merges",
             "Merged OpenAPI documents (/openapi/v3, /openapi/v2) served: hit from the snapshot's cache, miss when fetched and merged",
             Declared(m.openapi_merges.clone()),
@@ -522,6 +540,11 @@ impl Metrics {
             for document in values::OPENAPI_DOCUMENTS {
                 let _ = m
                     .openapi_merges
+                    .get_or_create(&OpenApiMergeLabels { document, result });
+            }
+            for document in values::DISCOVERY_DOCUMENTS {
+                let _ = m
+                    .document_merges
                     .get_or_create(&OpenApiMergeLabels { document, result });
             }
         }

@@ -17,7 +17,7 @@ use mvproxy_telemetry::metrics::values;
 
 use crate::classify::{DiscoveryPath, Gvr, RequestInfo};
 use crate::discovery::Snapshot;
-use crate::discovery::negotiate::{DiscoveryFormat, negotiate};
+use crate::discovery::negotiate::{DiscoveryFormat, merged_legacy, negotiate};
 use crate::discovery::snapshot::Serving;
 use crate::error::ProxyError;
 use crate::plumbing::ServerName;
@@ -60,6 +60,23 @@ pub enum MergedFormat {
     Legacy,
 }
 
+/// A discovery document mvproxy answers itself, merged from every server's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MergedDoc {
+    /// `GET /apis`.
+    Apis(MergedFormat),
+    /// `GET /apis/{group}`: the legacy `APIGroup` (`crate::discovery::group_docs`).
+    Group(String),
+    /// `GET /apis/{group}/{version}`, or `/api/{version}` with `group` empty: the legacy
+    /// `APIResourceList`.
+    GroupVersion {
+        /// The group, `""` for core.
+        group: String,
+        /// The version.
+        version: String,
+    },
+}
+
 /// The decision for one request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Route {
@@ -67,8 +84,8 @@ pub enum Route {
     Local(LocalReason),
     /// Forward to this peer, the only kind of server that serves the request.
     Peer(ServerName),
-    /// Answer `GET /apis` with the merged discovery document.
-    Discovery(MergedFormat),
+    /// Answer with a merged discovery document.
+    Discovery(MergedDoc),
     /// Answer with this error; never a false 404.
     Unavailable(ProxyError),
     /// Answer with a merged OpenAPI document (`crate::openapi`).
@@ -120,7 +137,7 @@ pub fn decide(
             if path == &DiscoveryPath::Apis && method != Method::GET {
                 return Route::Local(LocalReason::NonResource);
             }
-            decide_discovery(path, headers, snap, pick)
+            decide_discovery(path, method == Method::GET, headers, snap, pick)
         }
         RequestInfo::OpenApi(path) => {
             if already_proxied {
@@ -219,10 +236,12 @@ fn peers_down(what: String, capable: &[ServerName], snap: &Snapshot) -> Route {
 }
 
 /// Discovery paths: `/apis` is answered by mvproxy when the client negotiated something it
-/// merges; `/apis/{g}` and `/apis/{g}/{v}` that only a peer serves go to that peer (an
-/// extension for legacy clients); everything else is the local server's.
+/// merges; `/apis/{g}`, `/apis/{g}/{v}` and `/api/{v}` that a peer serves too are answered
+/// with the merged legacy document, and those that only a peer serves go to that peer (both
+/// extensions for legacy clients); everything else is the local server's.
 fn decide_discovery(
     path: &DiscoveryPath,
+    get: bool,
     headers: &HeaderMap,
     snap: &Snapshot,
     pick: impl FnOnce(usize) -> usize,
@@ -235,17 +254,43 @@ fn decide_discovery(
         DiscoveryPath::Apis => {
             return match negotiate(headers.get(http::header::ACCEPT)) {
                 DiscoveryFormat::AggregatedV2 { nopeer: false } => {
-                    Route::Discovery(MergedFormat::Aggregated)
+                    Route::Discovery(MergedDoc::Apis(MergedFormat::Aggregated))
                 }
-                DiscoveryFormat::Legacy => Route::Discovery(MergedFormat::Legacy),
+                DiscoveryFormat::Legacy => Route::Discovery(MergedDoc::Apis(MergedFormat::Legacy)),
                 _ => local_route,
             };
         }
-        DiscoveryPath::Api | DiscoveryPath::CoreVersion { .. } => return local_route,
+        DiscoveryPath::Api => return local_route,
+        DiscoveryPath::CoreVersion { version } => {
+            if get
+                && local.serves_gv("", version)
+                && merged_legacy(headers.get(http::header::ACCEPT))
+            {
+                return Route::Discovery(MergedDoc::GroupVersion {
+                    group: String::new(),
+                    version: version.clone(),
+                });
+            }
+            return local_route;
+        }
         DiscoveryPath::Group { group } => (group, None),
         DiscoveryPath::GroupVersion { group, version } => (group, Some(version.as_str())),
     };
     if local.serves_gv_or_group(group, version) {
+        // Served here and by a peer too: the merged document, which the answer replaces by
+        // the local server's own when the merge changed nothing of it.
+        if get
+            && merged_legacy(headers.get(http::header::ACCEPT))
+            && !snap.peers_serving_gv(group, version).is_empty()
+        {
+            return Route::Discovery(match version {
+                Some(v) => MergedDoc::GroupVersion {
+                    group: group.clone(),
+                    version: v.to_owned(),
+                },
+                None => MergedDoc::Group(group.clone()),
+            });
+        }
         return Route::Local(LocalReason::ServedLocally);
     }
     let capable = snap.peers_serving_gv(group, version);

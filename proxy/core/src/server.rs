@@ -12,14 +12,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http::header::{self, HeaderMap, HeaderValue};
+use http::header::{self, HeaderMap};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use hyper_util::server::graceful::GracefulShutdown;
 use mvproxy_telemetry::metrics::{
-    Metrics, PeerErrorLabels, RerouteLabels, ResultLabels, TraceLabels, TypeLabels, values,
+    Metrics, PeerErrorLabels, RerouteLabels, TraceLabels, TypeLabels,
 };
 use mvproxy_telemetry::trace::RequestSpan;
 use tokio::net::TcpListener;
@@ -28,14 +28,13 @@ use tokio_util::sync::CancellationToken;
 
 use crate::classify::{DiscoveryPath, RequestInfo, classify};
 use crate::discovery::negotiate::{DiscoveryFormat, negotiate};
-use crate::discovery::types::CONTENT_TYPE_V2;
 use crate::discovery::{Cache, Snapshot};
 use crate::error::ProxyError;
 use crate::identity::{Authenticator, ClientIdentity};
 use crate::limits::{self, LimitedBody, Limits};
 use crate::plumbing::ServerName;
 use crate::plumbing::{Body, BoxError, full};
-use crate::route::{LocalReason, MergedFormat, Route, decide};
+use crate::route::{LocalReason, Route, decide};
 use crate::skew::SkewClients;
 use crate::spans;
 use crate::upstream::Upstream;
@@ -201,14 +200,12 @@ where
             peer = Some(last);
             result
         }
-        Route::Discovery(format) => {
-            match merged_discovery(app, snap, span, *format, req.headers()) {
-                Some(resp) => Ok(resp),
-                None => forward(&app.local, req, span, info, None)
-                    .await
-                    .map_err(|f| f.error),
-            }
-        }
+        Route::Discovery(doc) => match discovery::answer(app, snap, span, doc, req.headers()) {
+            Some(resp) => Ok(resp),
+            None => forward(&app.local, req, span, info, None)
+                .await
+                .map_err(|f| f.error),
+        },
         Route::OpenApi(doc) => {
             // Boxed: building a merged document fetches from every server, a future as large
             // as the rest of the request's, and every request's future is copied whole when
@@ -394,58 +391,6 @@ fn log_request(
 fn is_nopeer_discovery(info: &RequestInfo, headers: &HeaderMap) -> bool {
     matches!(info, RequestInfo::Discovery(DiscoveryPath::Apis))
         && negotiate(headers.get(header::ACCEPT)) == DiscoveryFormat::AggregatedV2 { nopeer: true }
-}
-
-/// Answers `GET /apis` with the merged document, or `None` to let the local server answer
-/// (legacy format when the merge changed nothing: local's own document is the right one).
-fn merged_discovery(
-    app: &App,
-    snap: &Snapshot,
-    span: &RequestSpan,
-    format: MergedFormat,
-    headers: &HeaderMap,
-) -> Option<Response<Body>> {
-    let started = Instant::now();
-    let (merged, hit) = snap.merged()?;
-    spans::merge_event(span, hit, started.elapsed().as_micros());
-    app.metrics
-        .merges
-        .get_or_create(&ResultLabels {
-            result: values::result(hit),
-        })
-        .inc();
-    if !hit {
-        app.metrics
-            .merge_duration
-            .observe(merged.took.as_secs_f64());
-    }
-    let (body, content_type) = match format {
-        MergedFormat::Aggregated => (merged.aggregated.clone(), CONTENT_TYPE_V2),
-        MergedFormat::Legacy => (merged.legacy.clone()?, "application/json"),
-    };
-    let mut resp = if format == MergedFormat::Aggregated
-        && headers
-            .get(header::IF_NONE_MATCH)
-            .is_some_and(|v| v.as_bytes() == merged.etag.as_bytes())
-    {
-        let mut r = Response::new(full(Bytes::new()));
-        *r.status_mut() = StatusCode::NOT_MODIFIED;
-        r
-    } else {
-        let mut r = Response::new(full(body));
-        r.headers_mut()
-            .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
-        r
-    };
-    let h = resp.headers_mut();
-    if format == MergedFormat::Aggregated {
-        if let Ok(etag) = HeaderValue::from_str(&merged.etag) {
-            h.insert(header::ETAG, etag);
-        }
-        h.insert(header::CACHE_CONTROL, HeaderValue::from_static("public"));
-    }
-    h.insert(header::VARY, HeaderValue::from_static("Accept"));
-    Some(resp)
 }
 
 /// Counts a routing-index lookup of a resource request: a hit when some server serves the
@@ -704,6 +649,8 @@ pub(crate) async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
         .await
         .map_err(|e| std::io::Error::new(e.kind(), format!("bind {addr}: {e}")))
 }
+
+mod discovery;
 
 #[cfg(test)]
 mod tests;

@@ -12,7 +12,7 @@ use prometheus_client::registry::Registry;
 use crate::discovery::fetch::FetchError;
 use crate::discovery::refresh::{PeerSpec, RefreshError, RefreshSettings, UpstreamFactory};
 use crate::discovery::types::{
-    ApiGroupDiscovery, ApiResourceDiscovery, ApiVersionDiscovery, ObjectMeta,
+    ApiGroupDiscovery, ApiResourceDiscovery, ApiVersionDiscovery, GroupVersionKind, ObjectMeta,
 };
 use crate::discovery::{Cache, ServerView};
 use crate::error::{ProxyError, TransportFailure};
@@ -47,7 +47,12 @@ pub(crate) fn view(gvrs: &[(&str, &str, &str)]) -> Arc<ServerView> {
         version.resources.push(ApiResourceDiscovery {
             categories: vec![],
             resource: r.to_owned(),
-            response_kind: None,
+            // a kind, as real servers give every resource (legacy form leaves out those without)
+            response_kind: Some(GroupVersionKind {
+                group: g.to_owned(),
+                kind: r.to_owned(),
+                version: v.to_owned(),
+            }),
             scope: "Namespaced".to_owned(),
             short_names: vec![],
             singular_resource: String::new(),

@@ -4,10 +4,12 @@
 //! - [`refresh`] owns one task per server that fetches on an interval, on a lookup miss and with
 //!   backoff after a failure, and publishes a new [`Snapshot`] after every change;
 //! - [`snapshot`] is that immutable routing view; [`merge`] is upstream's peer-aggregated
-//!   discovery merge; [`negotiate`] reads a discovery request's `Accept`; [`types`] and
+//!   discovery merge; [`group_docs`] the legacy documents of single groups and
+//!   group-versions merged the same way; [`negotiate`] reads a discovery request's `Accept`; [`types`] and
 //!   [`legacy`] are the documents themselves.
 
 pub mod fetch;
+pub mod group_docs;
 pub mod legacy;
 pub mod merge;
 pub mod negotiate;

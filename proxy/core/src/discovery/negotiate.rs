@@ -45,6 +45,26 @@ pub fn negotiate(accept: Option<&HeaderValue>) -> DiscoveryFormat {
         .unwrap_or(DiscoveryFormat::Unsupported)
 }
 
+/// Whether a legacy request for one group or group-version (`/apis/{g}`, `/apis/{g}/{v}`,
+/// `/api/{v}`) gets mvproxy's merged document: it negotiated plain JSON and none of its
+/// ranges carries `profile=nopeer`. Upstream has no peer-merged form of these documents and
+/// so no legacy spelling of `nopeer`; mvproxy reads the aggregated one's parameter on any
+/// range as the ask for the local server's own view (docs/discovery.md).
+pub fn merged_legacy(accept: Option<&HeaderValue>) -> bool {
+    if negotiate(accept) != DiscoveryFormat::Legacy {
+        return false;
+    }
+    !accept.and_then(|a| a.to_str().ok()).is_some_and(|a| {
+        a.split(',').any(|range| {
+            range.split(';').skip(1).any(|param| {
+                param.split_once('=').is_some_and(|(k, v)| {
+                    k.trim() == "profile" && v.trim().trim_matches('"') == "nopeer"
+                })
+            })
+        })
+    })
+}
+
 fn media_range(range: &str) -> Option<DiscoveryFormat> {
     let mut parts = range.split(';').map(str::trim);
     let media_type = parts.next()?.to_ascii_lowercase();

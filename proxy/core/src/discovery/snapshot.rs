@@ -12,6 +12,7 @@ use std::time::{Instant, SystemTime};
 
 use bytes::Bytes;
 
+use super::group_docs::{GroupDocs, Groups};
 use super::legacy;
 use super::merge::{self, Merged};
 use super::refresh::RefreshError;
@@ -197,6 +198,12 @@ pub struct ServerState {
     /// A request forwarded to it failed to reach it or timed out, and no probe of its
     /// discovery has succeeded since ([`crate::discovery::Cache::suspect`]); `up` is false.
     pub suspect: bool,
+    /// When `error` happened: the latest failure, a request's or a probe's.
+    pub error_at: Option<SystemTime>,
+    /// While `suspect`: the request's failure that made it so, and when. `error` then says why
+    /// it is still excluded (the latest probe's failure, say a document over the size limit),
+    /// which may not be why it was first (a request that had no answer).
+    pub suspected_by: Option<(Arc<RefreshError>, SystemTime)>,
 }
 
 impl ServerState {
@@ -233,6 +240,8 @@ impl ServerState {
             view: None,
             attempted: false,
             suspect: false,
+            error_at: None,
+            suspected_by: None,
         }
     }
 }
@@ -327,6 +336,7 @@ pub struct Snapshot {
     upstreams: BTreeMap<ServerName, Upstream>,
     peers_synced: bool,
     merged: OnceLock<Arc<MergedApis>>,
+    group_docs: OnceLock<Arc<GroupDocs>>,
     /// The side of every GVR not served by every server seen (`crate::skew`).
     skew: HashMap<Gvr, Side>,
 }
@@ -394,6 +404,7 @@ impl Snapshot {
             upstreams,
             peers_synced,
             merged: OnceLock::new(),
+            group_docs: OnceLock::new(),
             skew,
         }
     }
@@ -494,6 +505,41 @@ impl Snapshot {
             })
             .clone();
         Some((m, !built))
+    }
+
+    /// The merged legacy documents of single groups and group-versions
+    /// ([`super::group_docs`]), and whether they came from the cache (`true`) or were built
+    /// now. `None` until local discovery has been fetched.
+    pub fn group_docs(&self) -> Option<(Arc<GroupDocs>, bool)> {
+        let local = self.local.as_ref()?;
+        if let Some(d) = self.group_docs.get() {
+            return Some((d.clone(), true));
+        }
+        let mut built = false;
+        let d = self
+            .group_docs
+            .get_or_init(|| {
+                built = true;
+                let peers: Vec<Groups<'_>> = self
+                    .peers
+                    .iter()
+                    .filter_map(|(n, p)| {
+                        p.view.as_ref().map(|v| Groups {
+                            id: n.as_str(),
+                            core: &v.core,
+                            apis: &v.apis,
+                        })
+                    })
+                    .collect();
+                let own = Groups {
+                    id: self.local_name.as_str(),
+                    core: &local.core,
+                    apis: &local.apis,
+                };
+                Arc::new(GroupDocs::build(own, &peers))
+            })
+            .clone();
+        Some((d, !built))
     }
 
     fn build_merged(&self, local: &ServerView) -> MergedApis {

@@ -319,16 +319,24 @@ fn discovery_routes() {
         "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList;profile=nopeer";
     let v2beta1 = "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList";
     type Case<'a> = (&'a str, &'a [(&'a str, &'a str)], Route);
+    let core_v1 = Route::Discovery(MergedDoc::GroupVersion {
+        group: String::new(),
+        version: "v1".into(),
+    });
+    let apps_v1 = Route::Discovery(MergedDoc::GroupVersion {
+        group: "apps".into(),
+        version: "v1".into(),
+    });
     let cases: &[Case<'_>] = &[
         (
             "/apis",
             &[("accept", v2)],
-            Route::Discovery(MergedFormat::Aggregated),
+            Route::Discovery(MergedDoc::Apis(MergedFormat::Aggregated)),
         ),
         (
             "/apis",
             &[("accept", "application/json")],
-            Route::Discovery(MergedFormat::Legacy),
+            Route::Discovery(MergedDoc::Apis(MergedFormat::Legacy)),
         ),
         (
             "/apis",
@@ -350,8 +358,40 @@ fn discovery_routes() {
             &[("accept", v2)],
             Route::Local(LocalReason::NonResource),
         ),
-        ("/api/v1", &[], Route::Local(LocalReason::NonResource)),
-        ("/apis/apps", &[], Route::Local(LocalReason::ServedLocally)),
+        // Served here and by the peer: the merged legacy documents.
+        ("/api/v1", &[], core_v1.clone()),
+        (
+            "/api/v1",
+            &[("accept", "application/json")],
+            core_v1.clone(),
+        ),
+        (
+            "/api/v1",
+            &[("accept", "application/json;profile=nopeer")],
+            Route::Local(LocalReason::NonResource),
+        ),
+        // an Accept mvproxy cannot render: the local server's own
+        (
+            "/api/v1",
+            &[("accept", "application/vnd.kubernetes.protobuf")],
+            Route::Local(LocalReason::NonResource),
+        ),
+        // client-go with protobuf first and */* after it takes JSON
+        (
+            "/apis/apps/v1",
+            &[("accept", "application/vnd.kubernetes.protobuf, */*")],
+            apps_v1.clone(),
+        ),
+        (
+            "/apis/apps",
+            &[],
+            Route::Discovery(MergedDoc::Group("apps".into())),
+        ),
+        (
+            "/apis/apps/v1",
+            &[("accept", "application/json;profile=nopeer")],
+            Route::Local(LocalReason::ServedLocally),
+        ),
         (
             "/apis/flowcontrol.apiserver.k8s.io",
             &[],
@@ -380,4 +420,9 @@ fn discovery_routes() {
             "{path} {headers:?}"
         );
     }
+    // Only a GET is answered from the merge.
+    assert_eq!(
+        route(&s, Method::HEAD, "/apis/apps/v1", &[]),
+        Route::Local(LocalReason::ServedLocally)
+    );
 }

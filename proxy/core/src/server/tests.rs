@@ -156,6 +156,48 @@ async fn get_apis_is_answered_with_every_servers_groups_merged() {
     );
 }
 
+#[tokio::test]
+async fn a_group_version_both_servers_serve_lists_both_servers_resources() {
+    const LEASE_CANDIDATES: (&str, &str, &str) = ("coordination.k8s.io", "v1", "leasecandidates");
+    let h = Harness::new(&["apiserver-b"], Limits::default());
+    h.fetched("apiserver-a", Ok(view(&[PODS, LEASES])));
+    h.fetched("apiserver-b", Ok(view(&[PODS, LEASES, LEASE_CANDIDATES])));
+    let (status, headers, body) = send(&h, get("/apis/coordination.k8s.io/v1")).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let list: serde_json::Value = serde_json::from_str(&body).expect("an APIResourceList");
+    assert_eq!(list["kind"], "APIResourceList");
+    assert_eq!(list["groupVersion"], "coordination.k8s.io/v1");
+    let names: Vec<&str> = list["resources"]
+        .as_array()
+        .expect("resources")
+        .iter()
+        .filter_map(|r| r["name"].as_str())
+        .collect();
+    assert_eq!(names, ["leases", "leasecandidates"], "{body}");
+
+    // its ETag makes the next one a 304, from the snapshot's documents
+    let req = Request::get("/apis/coordination.k8s.io/v1")
+        .header(header::IF_NONE_MATCH, headers[header::ETAG].clone())
+        .body(Full::default())
+        .expect("request");
+    let (status, _, _) = send(&h, req).await;
+    assert_eq!(status, StatusCode::NOT_MODIFIED);
+    let scrape = h.scrape();
+    assert!(
+        scrape.contains(
+            r#"mvproxy_discovery_document_merges_total{document="apiresourcelist",result="miss"} 1"#
+        ) && scrape.contains(
+            r#"mvproxy_discovery_document_merges_total{document="apiresourcelist",result="hit"} 1"#
+        ),
+        "built once, then served from the snapshot: {scrape}"
+    );
+    // the merged /apis was not touched by these
+    assert!(
+        scrape.contains(r#"mvproxy_discovery_merges_total{result="miss"} 0"#),
+        "{scrape}"
+    );
+}
+
 #[test]
 fn the_method_label_is_a_closed_set() {
     for (method, label) in [
