@@ -1,6 +1,7 @@
 //! mvproxy's merge against upstream's own, on documents captured from real kube-apiservers
-//! (`fixtures/discovery/kube-apiserver-1.35.4/` and `-1.36.3/`, captured by
-//! `scripts/control-plane/capture.sh`; see `fixtures/discovery/README.md`).
+//! (`fixtures/discovery/kube-apiserver-1.35.4/`, `-1.36.3/` and `-1.37.2/`, captured by
+//! `scripts/control-plane/capture.sh` as two pairs, 1.35.4 with 1.36.3 and 1.36.3 with 1.37.2;
+//! see `fixtures/discovery/README.md`).
 //!
 //! Each release's `profile=nopeer` document is what mvproxy fetches from it; the
 //! `peer-aggregated/aggregated_v2.json` of a release is what that kube-apiserver itself answered
@@ -19,6 +20,9 @@ use integration::fixture;
 
 const OLD: &str = "kube-apiserver-1.35.4";
 const NEW: &str = "kube-apiserver-1.36.3";
+const NEWEST: &str = "kube-apiserver-1.37.2";
+/// Where the 1.36.3 server's documents of the second pair (its peer being 1.37.2) are.
+const NEW_WITH_NEWEST: &str = "kube-apiserver-1.36.3/peer-aggregated-1.37.2";
 
 fn list(rel: &str) -> Vec<ApiGroupDiscovery> {
     let doc: ApiGroupDiscoveryList =
@@ -26,10 +30,11 @@ fn list(rel: &str) -> Vec<ApiGroupDiscovery> {
     doc.items
 }
 
-/// The identity lease name of each release's server when the capture ran.
-fn server_id(release: &str) -> String {
+/// The identity lease name of each release's server when the capture of the pair whose newer
+/// release is `newer` ran.
+fn server_id(newer: &str, release: &str) -> String {
     let servers: Value =
-        serde_json::from_str(&fixture(&format!("{NEW}/peer-aggregated/servers.json"))).unwrap();
+        serde_json::from_str(&fixture(&format!("{newer}/peer-aggregated/servers.json"))).unwrap();
     servers[release]["id"].as_str().unwrap().to_owned()
 }
 
@@ -105,10 +110,12 @@ fn differences(ours: &[ApiGroupDiscovery], theirs: &[ApiGroupDiscovery]) -> Vec<
     out
 }
 
-fn merged(local: &str, peer: &str) -> Vec<ApiGroupDiscovery> {
+/// mvproxy's merge of `local`'s and `peer`'s own documents, with the IDs they had in the capture
+/// of the pair whose newer release is `newer`.
+fn merged(newer: &str, local: &str, peer: &str) -> Vec<ApiGroupDiscovery> {
     let local_groups = list(&format!("{local}/aggregated_v2_nopeer.json"));
     let peer_groups = list(&format!("{peer}/aggregated_v2_nopeer.json"));
-    let (local_id, peer_id) = (server_id(local), server_id(peer));
+    let (local_id, peer_id) = (server_id(newer, local), server_id(newer, peer));
     match merge(&local_id, &local_groups, &[(&peer_id, &peer_groups)]) {
         Merged::Changed(groups) => groups,
         Merged::Unchanged => {
@@ -119,21 +126,35 @@ fn merged(local: &str, peer: &str) -> Vec<ApiGroupDiscovery> {
 
 #[test]
 fn merge_of_the_two_releases_equals_the_1_36_servers_peer_aggregated_apis() {
-    let ours = merged(NEW, OLD);
+    let ours = merged(NEW, NEW, OLD);
     let theirs = list(&format!("{NEW}/peer-aggregated/aggregated_v2.json"));
     assert_eq!(differences(&ours, &theirs), Vec::<String>::new());
 }
 
 #[test]
+fn merge_of_1_36_and_1_37_equals_the_1_37_servers_peer_aggregated_apis() {
+    let ours = merged(NEWEST, NEWEST, NEW);
+    let theirs = list(&format!("{NEWEST}/peer-aggregated/aggregated_v2.json"));
+    assert_eq!(differences(&ours, &theirs), Vec::<String>::new());
+}
+
+#[test]
+fn merge_of_1_36_and_1_37_equals_the_1_36_servers_peer_aggregated_apis() {
+    let ours = merged(NEWEST, NEW, NEWEST);
+    let theirs = list(&format!("{NEW_WITH_NEWEST}/aggregated_v2.json"));
+    assert_eq!(differences(&ours, &theirs), Vec::<String>::new());
+}
+
+#[test]
 fn merge_of_the_two_releases_equals_the_1_35_servers_peer_aggregated_apis() {
-    let ours = merged(OLD, NEW);
+    let ours = merged(NEW, OLD, NEW);
     let theirs = list(&format!("{OLD}/peer-aggregated/aggregated_v2.json"));
     assert_eq!(differences(&ours, &theirs), Vec::<String>::new());
 }
 
 #[test]
 fn the_merge_is_a_union_of_both_releases() {
-    let ours = merged(NEW, OLD);
+    let ours = merged(NEW, NEW, OLD);
     for release in [OLD, NEW] {
         for g in list(&format!("{release}/aggregated_v2_nopeer.json")) {
             let m = ours
@@ -169,7 +190,7 @@ fn the_merge_is_a_union_of_both_releases() {
 fn etag_of_a_real_document_equals_the_servers_etag() {
     const TYPE_META: &str =
         r#""kind":"APIGroupDiscoveryList","apiVersion":"apidiscovery.k8s.io/v2","#;
-    for release in [OLD, NEW] {
+    for release in [OLD, NEW, NEWEST] {
         let rel = format!("{release}/aggregated_v2_nopeer.json");
         let body = fixture(&rel);
         let headers = fixture(&format!("{rel}.headers"));

@@ -18,6 +18,7 @@ const RELEASES: &[(&str, &str)] = &[
     ("1.34", include_str!("catalog/1.34.json")),
     ("1.35", include_str!("catalog/1.35.json")),
     ("1.36", include_str!("catalog/1.36.json")),
+    ("1.37", include_str!("catalog/1.37.json")),
 ];
 
 /// The releases the catalog knows, oldest first.
