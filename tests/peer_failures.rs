@@ -541,3 +541,108 @@ async fn a_write_that_timed_out_on_a_hung_peer_is_a_504_saying_it_may_have_been_
     let msg = r.json()["message"].as_str().unwrap().to_owned();
     assert!(!msg.contains("may still have been applied"), "{msg}");
 }
+
+/// How [`bad_server`] answers every request.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Bad {
+    /// `200` declaring a 50 MB body (the fetch stops at its limit).
+    Oversize,
+    /// `200` with a body that is not JSON.
+    Malformed,
+}
+
+/// A server on loopback that answers every HTTP/1.1 request as `mode` says, read anew for
+/// each connection.
+async fn bad_server(mode: tokio::sync::watch::Receiver<Bad>) -> std::net::SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut conn, _)) = listener.accept().await {
+            let answer: &[u8] = match *mode.borrow() {
+                Bad::Oversize => b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 52428800\r\n\r\n{\"kind\":",
+                Bad::Malformed => b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 9\r\n\r\n{not json",
+            };
+            tokio::spawn(async move {
+                let mut head = [0u8; 4096];
+                let _ = conn.read(&mut head).await;
+                let _ = conn.write_all(answer).await;
+                // held open, as a server still sending would
+                tokio::time::sleep(std::time::Duration::from_secs(30)).await;
+            });
+        }
+    });
+    addr
+}
+
+/// `/debug/discovery` says why a suspect peer is still excluded (its latest probe's failure,
+/// and when) beside the request's failure that made it suspect, and a healthy probe clears
+/// both.
+#[tokio::test]
+async fn a_suspect_peer_shows_its_latest_probes_failure_beside_the_first_and_recovers() {
+    let stage = Stage::http1(&["apiserver-b", "apiserver-c"]).await;
+    let (proxy, to_b) = (&stage.proxy, &stage.peers[0].relay);
+    let reason = |s: &Value, key: &str| s[key].as_str().unwrap_or_default().to_owned();
+    let of_b = |servers: &[Value]| -> Value {
+        servers
+            .iter()
+            .find(|s| s["id"] == "apiserver-b")
+            .cloned()
+            .unwrap_or_default()
+    };
+
+    // hang: a request that B never answers makes it suspect
+    to_b.stall();
+    for _ in 0..ROUND {
+        if server(proxy, "apiserver-b").await["state"] == "suspect" {
+            break;
+        }
+        assert_eq!(list(proxy).await.status, StatusCode::OK);
+    }
+    let b = server(proxy, "apiserver-b").await;
+    assert_eq!(b["state"], "suspect", "{b}");
+    assert!(
+        reason(&b, "error").contains("did not answer within 1s"),
+        "{b}"
+    );
+    assert_eq!(b["suspected_by"]["error"], b["error"], "{b}");
+    let first = b["suspected_by"].clone();
+
+    // oversize: B's probes now read a document over the limit
+    let (set_mode, mode) = tokio::sync::watch::channel(Bad::Oversize);
+    let bad = bad_server(mode).await;
+    to_b.aim(bad);
+    to_b.cut();
+    to_b.resume();
+    wait_discovery(proxy, |s| reason(&of_b(s), "error").contains("larger than")).await;
+    let b = server(proxy, "apiserver-b").await;
+    assert_eq!(b["state"], "suspect", "still excluded: {b}");
+    assert!(
+        reason(&b, "error").contains("--max-discovery-document-bytes"),
+        "{b}"
+    );
+    assert!(
+        reason(&b, "error").contains("52428800"),
+        "its Content-Length: {b}"
+    );
+    assert_eq!(
+        b["suspected_by"], first,
+        "the first failure kept beside it: {b}"
+    );
+    assert!(b["error_at"].as_f64() > first["at"].as_f64(), "{b}");
+
+    // malformed: its own reason, the first failure still beside it
+    set_mode.send_replace(Bad::Malformed);
+    to_b.cut();
+    wait_discovery(proxy, |s| reason(&of_b(s), "error").contains("undecodable")).await;
+    let b = server(proxy, "apiserver-b").await;
+    assert_eq!(b["state"], "suspect", "{b}");
+    assert_eq!(b["suspected_by"], first, "{b}");
+
+    // healthy: both cleared
+    to_b.aim(stage.peers[0].standin.addr);
+    to_b.cut();
+    wait_discovery(proxy, |s| of_b(s)["state"] == "up").await;
+    let b = server(proxy, "apiserver-b").await;
+    assert!(b["error"].is_null() && b["error_at"].is_null(), "{b}");
+    assert!(b["suspected_by"].is_null(), "{b}");
+}

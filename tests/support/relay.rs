@@ -6,6 +6,9 @@
 //! in the middle of an exchange), and counts the bytes it forwarded to the server, so that a
 //! test can cut a request it knows has begun to arrive.
 //!
+//! Aimed elsewhere ([`Relay::aim`]), it relays new connections to another server: a peer that
+//! restarts answering differently on the same address.
+//!
 //! A relay can also be bound before its server exists ([`Relay::bind`]): two `mvproxy`
 //! processes that are each other's peer cannot both learn the other's address from its
 //! startup line before starting, so one of them dials the other through a relay whose
@@ -44,6 +47,8 @@ impl Unaimed {
 /// A running relay; stopped when dropped.
 pub struct Relay {
     pub addr: SocketAddr,
+    /// Where new connections go.
+    target: watch::Sender<SocketAddr>,
     stalled: watch::Sender<bool>,
     /// Bumped to close every connection open at that moment.
     cuts: watch::Sender<u64>,
@@ -67,6 +72,7 @@ impl Relay {
 
     fn serve(listener: TcpListener, target: SocketAddr) -> Relay {
         let addr = listener.local_addr().expect("relay addr");
+        let (target, target_rx) = watch::channel(target);
         let (stalled, rx) = watch::channel(false);
         let (cuts, cut_rx) = watch::channel(0);
         let forwarded = Arc::new(AtomicUsize::new(0));
@@ -75,7 +81,8 @@ impl Relay {
             while let Ok((client, _)) = listener.accept().await {
                 let mut cut = cut_rx.clone();
                 cut.mark_unchanged();
-                let relayed = relay(client, target, rx.clone(), counted.clone());
+                let to = *target_rx.borrow();
+                let relayed = relay(client, to, rx.clone(), counted.clone());
                 tokio::spawn(async move {
                     tokio::select! {
                         () = relayed => {}
@@ -86,6 +93,7 @@ impl Relay {
         });
         Relay {
             addr,
+            target,
             stalled,
             cuts,
             forwarded,
@@ -96,6 +104,12 @@ impl Relay {
     /// `http://addr`.
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)
+    }
+
+    /// Relays connections accepted from now on to `target` (those open stay where they are:
+    /// [`Relay::cut`] closes them).
+    pub fn aim(&self, target: SocketAddr) {
+        self.target.send_replace(target);
     }
 
     /// Stops forwarding what clients send.

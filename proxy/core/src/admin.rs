@@ -201,10 +201,18 @@ fn server_json(s: &ServerState) -> serde_json::Value {
         "up": s.up,
         "state": s.health(),
         "error": s.error.as_ref().map(ToString::to_string),
-        "last_fetch": s.last_fetch.and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok()).map(|d| d.as_secs_f64()),
+        "error_at": s.error_at.and_then(unix_seconds),
+        "suspected_by": s.suspected_by.as_ref().map(|(e, at)| json!({"error": e.to_string(), "at": unix_seconds(*at)})),
+        "last_fetch": s.last_fetch.and_then(unix_seconds),
         "gvrs": s.view.as_ref().map_or(0, |v| v.gvr_count()),
         "git_version": s.view.as_ref().and_then(|v| v.version.as_ref()).map(|v| v.git_version.as_str()),
     })
+}
+
+fn unix_seconds(t: std::time::SystemTime) -> Option<f64> {
+    t.duration_since(std::time::UNIX_EPOCH)
+        .ok()
+        .map(|d| d.as_secs_f64())
 }
 
 /// GVRs that some seen servers serve and others do not, with the servers that serve each.

@@ -207,9 +207,15 @@ impl Cache {
             return;
         }
         tracing::warn!(peer = %name, %cause, "peer marked suspect: not chosen while another server serves what is asked, until a probe of its discovery succeeds");
+        let (error, now) = (
+            Arc::new(RefreshError::Request(cause.clone())),
+            SystemTime::now(),
+        );
         s.up = false;
         s.suspect = true;
-        s.error = Some(Arc::new(RefreshError::Request(cause.clone())));
+        s.error = Some(error.clone());
+        s.error_at = Some(now);
+        s.suspected_by = Some((error, now));
         self.metrics
             .peer_up
             .get_or_create(&PeerLabels {
@@ -220,6 +226,13 @@ impl Cache {
         if let Some(m) = state.members.get(name) {
             m.wake.notify_one();
         }
+    }
+
+    /// The failure that made `name` suspect, while it is.
+    fn suspected_by(&self, name: &ServerName) -> Option<Arc<RefreshError>> {
+        let state = self.lock();
+        let s = state.servers.iter().find(|s| &s.name == name)?;
+        s.suspected_by.as_ref().map(|(e, _)| e.clone())
     }
 
     /// Replaces the peer set. A peer that left is forgotten with its GVRs; one that joined,
@@ -350,7 +363,14 @@ impl Cache {
                     self.settings.interval
                 }
                 Err(e) => {
-                    tracing::warn!(server = %name, url = %upstream.base, cause = %e, "discovery fetch failed");
+                    match self.suspected_by(&name) {
+                        Some(first) => {
+                            tracing::warn!(server = %name, url = %upstream.base, cause = %e, suspected_by = %first, "discovery probe of a suspect server failed");
+                        }
+                        None => {
+                            tracing::warn!(server = %name, url = %upstream.base, cause = %e, "discovery fetch failed");
+                        }
+                    }
                     self.metrics
                         .peer_discovery_sync_errors
                         .get_or_create(&TypeLabels { r#type: e.kind() })
@@ -427,6 +447,8 @@ impl Cache {
                 s.up = true;
                 s.suspect = false;
                 s.error = None;
+                s.error_at = None;
+                s.suspected_by = None;
                 // `/version` is read after the discovery documents, and a failure there leaves
                 // the release unknown (`fetch::version`). When it fails but the surface is the
                 // one already known, the server's release is kept: a restart in between (the
@@ -451,12 +473,12 @@ impl Cache {
                     changed = true;
                 }
             }
-            // A suspect server's failed probe keeps it suspect (and the request's failure
-            // that made it so shown) until one succeeds.
-            Err(_) if s.suspect => {}
+            // A failed probe keeps a suspect server suspect until one succeeds; its error is
+            // the probe's, beside the request's failure that made it suspect (`suspected_by`).
             Err(cause) => {
                 s.up = false;
                 s.error = Some(Arc::new(cause));
+                s.error_at = s.last_fetch;
             }
         }
         changed |= was != (s.up, s.attempted, shown(s));

@@ -350,16 +350,32 @@ async fn a_suspect_peer_is_out_of_the_routing_until_a_probe_succeeds() {
             .is_ok(),
         "its refresher is woken to probe it"
     );
-    // A failed probe keeps it suspect; the local server is never marked.
-    cache.record_for_test(&"b".into(), Err(fetch_failed("b", "connection refused")));
+    // A failed probe keeps it suspect and shows its own failure, the request's beside it;
+    // the local server is never marked.
+    cache.record_for_test(&"b".into(), Err(fetch_failed("b", "probe refused")));
     assert_eq!(health(&cache, "b"), Some("suspect"));
     assert_eq!(up(&cache), ["c"]);
+    let b = cache.servers()[1].clone();
+    let shown = b
+        .error
+        .as_ref()
+        .map(ToString::to_string)
+        .unwrap_or_default();
+    assert!(shown.contains("probe refused"), "{shown}");
+    let first = b
+        .suspected_by
+        .as_ref()
+        .map(|(e, _)| e.to_string())
+        .unwrap_or_default();
+    assert!(first.contains("Connection refused"), "{first}");
     cache.suspect(&"local".into(), &refused);
     assert_eq!(health(&cache, "local"), Some("up"));
     // A probe that succeeds brings it back.
     cache.record_for_test(&"b".into(), Ok(Arc::try_unwrap(view(&gvrs)).unwrap()));
     assert_eq!(health(&cache, "b"), Some("up"));
     assert_eq!(up(&cache), ["b", "c"]);
+    let b = cache.servers()[1].clone();
+    assert!(b.error.is_none() && b.error_at.is_none() && b.suspected_by.is_none());
     // A failed scheduled fetch of a server never suspected is "down".
     cache.record_for_test(&"c".into(), Err(fetch_failed("c", "connection refused")));
     assert_eq!(health(&cache, "c"), Some("down"));
