@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Conformance part "control-plane": mvproxy (release build of this checkout) in front of real,
-# unmodified kube-apiservers v1.35.4 and v1.36.3 sharing one etcd v3.6.16
-# (scripts/control-plane/), each mvproxy the other's peer, over TLS with the real certificates.
+# unmodified kube-apiservers of two releases sharing one etcd (scripts/control-plane/), each
+# mvproxy the other's peer, over TLS with the real certificates. The pair is
+# CONFORMANCE_PAIR=OLD:NEW, 1.36.3:1.37.2 (on etcd 3.7.0) by default, or 1.35.4:1.36.3 (on etcd
+# 3.6.16); each pair names the skew resource its checks use (SKEW_NEW_V, SKEW_OLD_V below).
 #
 # Control plane 1 (upstream's Mixed Version Proxy off, so whatever crosses releases is mvproxy's
-# doing): node A = 1.35.4 on 192.0.2.2:6443, node B = 1.36.3 on 192.0.2.3:6443, mvproxy A' on
+# doing): node A = OLD on 192.0.2.2:6443, node B = NEW on 192.0.2.3:6443, mvproxy A' on
 # 127.0.0.2:7443 and B' on 127.0.0.3:7443 (static peers, front-proxy identity), all in a
 # network namespace of the part's own.
 #   kubectl api-resources (installed kubectl and an older release) through either proxy;
@@ -14,10 +16,10 @@
 #   §5); --peer-source endpointslices and leases; which clients used GVRs of the skew
 #   (/debug/clients and mvproxy_skew_requests_total); admin endpoints over TLS delegated to the
 #   real TokenReview and SubjectAccessReview (issue 13 §2); then the rolling upgrade
-#   1.35 -> 1.36 under load via A', B'.
+#   OLD -> NEW under load via A', B'.
 # Control plane 2 (upstream's Mixed Version Proxy on in both): the same rolling upgrade straight
-# to the API servers; halfway (A = 1.36, B = 1.35) --peer-source leases and mvproxy's merged
-# /apis against the 1.36 server's own peer-aggregated /apis.
+# to the API servers; halfway (A = NEW, B = OLD) --peer-source leases and mvproxy's merged
+# /apis against the NEW server's own peer-aggregated /apis.
 #
 # Reports in $CONFORMANCE_OUT/control-plane/: skew.txt, upgrade.md (the per-phase tables),
 # apis-diff.txt, memory.txt. Everything runs in the part's own network namespace (see below);
@@ -31,16 +33,22 @@ out="${CONFORMANCE_OUT:-$root/target/conformance}/control-plane"
 mkdir -p "$out"
 [ "$(id -u)" -eq 0 ] || { record "runs as root" FAIL "a UTS namespace per API server needs root"; exit 1; }
 
+conformance_pair
+
 # The part runs in a network namespace of its own (unshare --net). There the API servers
 # listen on TEST-NET-1 addresses (192.0.2.2, .3: RFC 5737, documentation only) put on the
 # namespace's own loopback device: kube-apiserver refuses 127.0.0.0/8 in the default/kubernetes
 # endpoints it writes, and accepts these, so --peer-source endpointslices meets the real slice.
 # Nothing can leave the machine (the namespace has no other device) or collide with anything
 # outside it. What may need the network (cargo, the Go builds) runs first, outside.
+# MVPROXY: the binary to test (default: a release build of this checkout, built here).
+MVPROXY=${MVPROXY:-$root/target/release/mvproxy}
 if [ -z "${CONFORMANCE_NETNS:-}" ]; then
-  echo "building mvproxy (release) ..." >&2
-  (cd "$root" && nice -n 10 cargo build --release --locked -p mvproxy -q)
-  "$root/scripts/control-plane/build.sh" >/dev/null
+  if [ "$MVPROXY" = "$root/target/release/mvproxy" ]; then
+    echo "building mvproxy (release) ..." >&2
+    (cd "$root" && nice -n 10 cargo build --release --locked -p mvproxy -q)
+  fi
+  "$root/scripts/control-plane/build.sh" "${COMPONENTS[@]}" >/dev/null
   exec unshare --net -- env CONFORMANCE_NETNS=1 "$0" "$@"
 fi
 ip link set lo up
@@ -63,7 +71,6 @@ trap 'exit 130' INT TERM
 
 PHASE_SECONDS=${PHASE_SECONDS:-15}
 LOAD_RATE=${LOAD_RATE:-40}
-OLD=1.35.4 NEW=1.36.3
 # API servers A and B; mvproxy A' and B' (on loopback: their admin listeners are plain HTTP).
 A_IP=192.0.2.2 B_IP=192.0.2.3
 MA_IP=127.0.0.2 MB_IP=127.0.0.3
@@ -73,9 +80,8 @@ kubectl_new=$(command -v kubectl)
 kubectl_old="$(dirname "$(readlink -f "$kubectl_new")")/kubectl.1.30"
 [ -x "$kubectl_old" ] || kubectl_old=$(command -v kubectl.1.30 || true)
 
-MVPROXY="$root/target/release/mvproxy"
 
-cp_init
+cp_init "${COMPONENTS[@]}"
 cp_pki alice mvproxy-testers
 
 # ---- helpers --------------------------------------------------------------------------------
@@ -151,7 +157,7 @@ cp_start_apiserver apiserver-a "$OLD" "$A_IP"
 cp_start_apiserver apiserver-b "$NEW" "$B_IP"
 cp_wait_ready apiserver-a "$A_IP" 180
 cp_wait_ready apiserver-b "$B_IP" 180
-record "control plane starts" PASS "etcd $( "$ETCD_V3_6_16" --version | awk '/etcd Version/ {print $3}'), A $(cp_curl $A_IP /version | jq -r .gitVersion), B $(cp_curl $B_IP /version | jq -r .gitVersion), ready in $(( $(date +%s) - t0 ))s"
+record "control plane starts" PASS "etcd $( "$(cp_etcd_bin)" --version | awk '/etcd Version/ {print $3}'), A $(cp_curl $A_IP /version | jq -r .gitVersion), B $(cp_curl $B_IP /version | jq -r .gitVersion), ready in $(( $(date +%s) - t0 ))s"
 sleep 5
 {
   echo "resident memory after start (KiB):"
@@ -207,8 +213,10 @@ if [ -n "$kubectl_legacy" ]; then
     d=$(diff "$out/api-resources-union.txt" "$CP_DIR/ar.txt" | grep '^[<>]' | tr '\n' ' ' || true)
     check "kubectl 1.27 (legacy discovery) api-resources via mvproxy $via = union" "$(wc -l <"$CP_DIR/ar.txt") resources${d:+; differs: $d}" test -z "$d"
   done
-  # The same client straight to A: what it misses without a version-aware proxy (measured).
-  api_resources "$kubectl_legacy" "$CP_DIR/direct-a.kc" >"$CP_DIR/ar.txt"
+  # The same client straight to A: what it misses without a version-aware proxy (measured;
+  # it exits non-zero there, "unable to retrieve the complete list of server APIs", as A's
+  # legacy /apis lists B's group-versions, fixtures/discovery/README.md).
+  api_resources "$kubectl_legacy" "$CP_DIR/direct-a.kc" >"$CP_DIR/ar.txt" || true
   missing=$(comm -23 "$out/api-resources-union.txt" "$CP_DIR/ar.txt" | tr '\n' ' ')
   record "kubectl 1.27 api-resources straight to A $OLD (measured, not a check)" PASS "misses $(comm -23 "$out/api-resources-union.txt" "$CP_DIR/ar.txt" | wc -l) of the union: ${missing:-none}"
 else
@@ -238,23 +246,28 @@ def gvs(addr):
     return out
 def names(doc):
     return sorted(r["name"] for r in doc["resources"])
-ga, gb = gvs(a), gvs(b)
-shared = sorted(set(ga) & set(gb))
+# A server's legacy /apis lists the other's group-versions too (built from the APIService
+# objects in the shared etcd), which it answers 404: shared means both answer with a list.
+paths = {**gvs(a), **gvs(b)}
+shared = []
+for gv, path in sorted(paths.items()):
+    own_a, own_b = get(a, path), get(b, path)
+    if own_a is not None and own_b is not None:
+        shared.append((gv, path, own_a, own_b))
 bad = merged = 0
-for gv in shared:
-    path = ga[gv]
-    union = sorted(set(names(get(a, path))) | set(names(get(b, path))))
+for gv, path, own_a, own_b in shared:
+    union = sorted(set(names(own_a)) | set(names(own_b)))
     for proxy in (via_a, via_b):
         got = get(proxy, path)
         if got is None or names(got) != union:
             bad += 1
             print(f"DIFFERS {gv} via {proxy}: {got and names(got)} != {union}")
-    if union != names(get(a, path)) or union != names(get(b, path)):
+    if union != names(own_a) or union != names(own_b):
         merged += 1
-        print(f"merged {gv}: {len(union)} resources (A {len(names(get(a, path)))}, B {len(names(get(b, path)))})")
+        print(f"merged {gv}: {len(union)} resources (A {len(names(own_a))}, B {len(names(own_b))})")
     # profile=nopeer: each proxy's local server's own list
     own = get(via_a, path, "application/json;profile=nopeer")
-    if own is None or names(own) != names(get(a, path)):
+    if own is None or names(own) != names(own_a):
         bad += 1
         print(f"DIFFERS nopeer {gv} via A: {own and names(own)}")
 print(f"{len(shared)} shared group-versions, {merged} with resources only one release serves, {bad} wrong answers")
@@ -267,16 +280,22 @@ record "/apis/{g}/{v} via either proxy = union of both servers' lists, every sha
 
 # ---- a resource only the other release serves: create/get/list/watch/delete ----------------
 
-WL_NEW=workloads.v1alpha2.scheduling.k8s.io
-WL_OLD=workloads.v1alpha1.scheduling.k8s.io
-WLN=/apis/scheduling.k8s.io/v1alpha2/namespaces/default/workloads
-grep -qx scheduling.k8s.io/v1alpha2/workloads "$out/only-$NEW.txt" || record "skew resource" FAIL "scheduling.k8s.io/v1alpha2/workloads is not $NEW-only any more; pick another"
-wl_new() { # NAME
-  printf '{"apiVersion":"scheduling.k8s.io/v1alpha2","kind":"Workload","metadata":{"name":"%s","namespace":"default"},"spec":{"podGroupTemplates":[{"name":"g","schedulingPolicy":{"basic":{}}}]}}' "$1"
+WL_NEW=workloads.$SKEW_NEW_V.scheduling.k8s.io
+WL_OLD=workloads.$SKEW_OLD_V.scheduling.k8s.io
+WLN=/apis/scheduling.k8s.io/$SKEW_NEW_V/namespaces/default/workloads
+WLO=/apis/scheduling.k8s.io/$SKEW_OLD_V/namespaces/default/workloads
+grep -qx "scheduling.k8s.io/$SKEW_NEW_V/workloads" "$out/only-$NEW.txt" || record "skew resource" FAIL "scheduling.k8s.io/$SKEW_NEW_V/workloads is not $NEW-only any more; pick another"
+# wl VERSION NAME: a Workload of that version (v1alpha1 named its groups podGroups/policy; from
+# v1alpha2 on they are podGroupTemplates/schedulingPolicy).
+wl() {
+  if [ "$1" = v1alpha1 ]; then
+    printf '{"apiVersion":"scheduling.k8s.io/v1alpha1","kind":"Workload","metadata":{"name":"%s","namespace":"default"},"spec":{"podGroups":[{"name":"g","policy":{"basic":{}}}]}}' "$2"
+  else
+    printf '{"apiVersion":"scheduling.k8s.io/%s","kind":"Workload","metadata":{"name":"%s","namespace":"default"},"spec":{"podGroupTemplates":[{"name":"g","schedulingPolicy":{"basic":{}}}]}}' "$1" "$2"
+  fi
 }
-wl_old() {
-  printf '{"apiVersion":"scheduling.k8s.io/v1alpha1","kind":"Workload","metadata":{"name":"%s","namespace":"default"},"spec":{"podGroups":[{"name":"g","policy":{"basic":{}}}]}}' "$1"
-}
+wl_new() { wl "$SKEW_NEW_V" "$1"; }
+wl_old() { wl "$SKEW_OLD_V" "$1"; }
 crud() { # KUBECONFIG RESOURCE MANIFEST_FN NAME OWNER_IP OWNER_PATH
   local cfg=$1 res=$2 fn=$3 name=$4 owner=$5 opath=$6
   $fn "$name" | kc "$kubectl_new" "$cfg" create -f - >/dev/null &&
@@ -286,8 +305,8 @@ crud() { # KUBECONFIG RESOURCE MANIFEST_FN NAME OWNER_IP OWNER_PATH
     kc "$kubectl_new" "$cfg" delete "$res" "$name" -n default >/dev/null &&
     ! kc "$kubectl_new" "$cfg" get "$res" "$name" -n default >/dev/null 2>&1
 }
-check "create/get/list/delete $NEW-only workloads (v1alpha2) via mvproxy A ($OLD)" "object read back straight from B ($NEW)" \
-  crud "$CP_DIR/via-a.kc" "$WL_NEW" wl_new cp-new-1 "$B_IP" /apis/scheduling.k8s.io/v1alpha2/namespaces/default/workloads
+check "create/get/list/delete $NEW-only workloads ($SKEW_NEW_V) via mvproxy A ($OLD)" "object read back straight from B ($NEW)" \
+  crud "$CP_DIR/via-a.kc" "$WL_NEW" wl_new cp-new-1 "$B_IP" "$WLN"
 kc "$kubectl_new" "$CP_DIR/direct-b.kc" delete "$WL_NEW" cp-new-1 -n default --ignore-not-found >/dev/null 2>&1 || true
 
 # A watch through mvproxy A, across the peer hop to B: events as they happen.
@@ -432,8 +451,8 @@ rw_check "watch across the hop survives a restart of the peer's mvproxy B'" \
 rw_check "watch across the hop survives a restart of the API server B serving it" \
   rw-peer-api workload "$WLN" "$CP_DIR/via-a.kc" "$CP_DIR/direct-b.kc" stop_apiserver_b start_apiserver_b 0
 
-# The $OLD-only v1alpha1 workloads come last of the workload checks: an object A ($OLD) stores
-# as v1alpha1 cannot be decoded by B ($NEW, no v1alpha1 in its scheme), and B's watch cache for
+# The $OLD-only $SKEW_OLD_V workloads come last of the workload checks: an object A ($OLD) stores
+# as $SKEW_OLD_V cannot be decoded by B ($NEW, no $SKEW_OLD_V in its scheme), and B's watch cache for
 # workloads stalls on it: no watch event of any version reaches a watcher of B, straight or
 # through mvproxy, until the cache gives up and reinitializes (seen live: ~30 s of 'failed to
 # prepare current and previous objects: no kind "Workload" is registered for version
@@ -442,10 +461,19 @@ rw_check "watch across the hop survives a restart of the API server B serving it
 # such an object exists, the other release's lists of workloads fail (500 StorageReadError,
 # "failed to read one or more workloads.scheduling.k8s.io from the storage"), so every check
 # deletes what it created.
-if grep -qx scheduling.k8s.io/v1alpha1/workloads "$out/only-$OLD.txt"; then
-  check "create/get/list/delete $OLD-only workloads (v1alpha1) via mvproxy B ($NEW)" "object read back straight from A ($OLD)" \
-    crud "$CP_DIR/via-b.kc" "$WL_OLD" wl_old cp-old-1 "$A_IP" /apis/scheduling.k8s.io/v1alpha1/namespaces/default/workloads
+if grep -qx "scheduling.k8s.io/$SKEW_OLD_V/workloads" "$out/only-$OLD.txt"; then
+  check "create/get/list/delete $OLD-only workloads ($SKEW_OLD_V) via mvproxy B ($NEW)" "object read back straight from A ($OLD)" \
+    crud "$CP_DIR/via-b.kc" "$WL_OLD" wl_old cp-old-1 "$A_IP" "$WLO"
   kc "$kubectl_new" "$CP_DIR/direct-a.kc" delete "$WL_OLD" cp-old-1 -n default --ignore-not-found >/dev/null 2>&1 || true
+  # The checks below list workloads on B: wait out its stalled watch cache (1.37 answers such a
+  # list 429 "Too large resource version" until the cache has caught up).
+  b_lists_workloads() { [ "$(cp_curl "$B_IP" "$WLN" -o /dev/null -w '%{http_code}')" = 200 ]; }
+  t_stall=$(date +%s)
+  if wait_for 120 b_lists_workloads; then
+    record "B's watch cache of workloads back after the $OLD-only object (measured, not a check)" PASS "lists answered again $(( $(date +%s) - t_stall )) s after the delete"
+  else
+    record "B's watch cache of workloads back after the $OLD-only object" FAIL "B still refuses lists of workloads 120 s after the delete"
+  fi
 fi
 
 # ---- upgrade readiness: which clients used what the skew takes away ----------------------------
@@ -470,10 +498,10 @@ readiness_check() { # NAME IP FIELD SIDE GVR
   if readiness_seen "$@"; then record "$name" PASS "$READINESS_DETAIL"; else record "$name" FAIL "$READINESS_DETAIL"; fi
 }
 readiness_check "readiness: kubectl's $NEW-only workloads via mvproxy A break on a rollback" \
-  "$MA_IP" breaks_on_rollback new_only scheduling.k8s.io/v1alpha2/workloads
-if grep -qx scheduling.k8s.io/v1alpha1/workloads "$out/only-$OLD.txt"; then
+  "$MA_IP" breaks_on_rollback new_only "scheduling.k8s.io/$SKEW_NEW_V/workloads"
+if grep -qx "scheduling.k8s.io/$SKEW_OLD_V/workloads" "$out/only-$OLD.txt"; then
   readiness_check "readiness: kubectl's $OLD-only workloads via mvproxy B break after the upgrade" \
-    "$MB_IP" breaks_after_upgrade old_only scheduling.k8s.io/v1alpha1/workloads
+    "$MB_IP" breaks_after_upgrade old_only "scheduling.k8s.io/$SKEW_OLD_V/workloads"
 fi
 
 # ---- front-proxy identity end to end, with RBAC ----------------------------------------------
@@ -499,7 +527,7 @@ code_and_user() { # expected-code expected-user-in-message curl-args...
   [ "$code" = "$want" ] || { echo "got $code: $(head -c 300 <<<"$body")" >&2; return 1; }
   [ -z "$who" ] || grep -q "User \\\\\"$who\\\\\"" <<<"$body" || { echo "no User \"$who\" in: $(head -c 300 <<<"$body")" >&2; return 1; }
 }
-check "alice (group mvproxy-testers) lists workloads via A, across the hop: 200" "RBAC grants the group list on workloads; A ($OLD) does not serve v1alpha2" \
+check "alice (group mvproxy-testers) lists workloads via A, across the hop: 200" "RBAC grants the group list on workloads; A ($OLD) does not serve $SKEW_NEW_V" \
   code_and_user 200 "" as user "https://$MA_IP:7443" "$WLN"
 check "alice lists workloads via B (local): 200" "" code_and_user 200 "" as user "https://$MB_IP:7443" "$WLN"
 check "alice creates a workload via A, across the hop: 403 naming alice" "" \
@@ -535,7 +563,7 @@ eps_check() {
     [ "$(as admin "https://$MA_IP:7444" "$WLN" -o /dev/null -w '%{http_code}')" = 200 ] &&
     curl -s "http://$MA_IP:7544/metrics" | grep 'mvproxy_rerouted_request_total{' | grep -q 'resource="workloads"'
 }
-check "--peer-source endpointslices: peer $B_IP:$CP_PORT from default/kubernetes, v1alpha2 routed to it" "no --peer; A itself skipped" eps_check
+check "--peer-source endpointslices: peer $B_IP:$CP_PORT from default/kubernetes, $SKEW_NEW_V routed to it" "no --peer; A itself skipped" eps_check
 cp_stop mvproxy-a-eps
 
 # ---- peers from the cluster: --peer-source leases (the identity Leases, their address annotation)
@@ -548,7 +576,7 @@ leases_check() {
   [ "$(as admin "https://$MA_IP:7445" "$WLN" -o /dev/null -w '%{http_code}')" = 200 ] &&
     curl -s "http://$MA_IP:7545/metrics" | grep 'mvproxy_rerouted_request_total{' | grep -q 'resource="workloads"'
 }
-check "--peer-source leases: peer $lb from its identity Lease, v1alpha2 routed to it" "server id $la (A's lease); no --peer" leases_check
+check "--peer-source leases: peer $lb from its identity Lease, $SKEW_NEW_V routed to it" "server id $la (A's lease); no --peer" leases_check
 cp_stop mvproxy-a-leases
 
 # ---- admin endpoints over TLS, delegated to the real API server (issue 13 §2) -----------------
@@ -629,7 +657,7 @@ cp_wait_ready apiserver-a "$A_IP" 180
 check "admin: API server back, scraper's new token: 200" "" wait_for 30 admin_is 200 /metrics -H "$(bearer "$scraper_token2")"
 cp_stop mvproxy-a-admin
 
-# ---- the rolling upgrade 1.35 -> 1.36 under steady load --------------------------------------
+# ---- the rolling upgrade OLD -> NEW under steady load --------------------------------------
 
 # The load: GET list (limit=1) of a few GVRs every release serves and of every GVR only one
 # release serves, each tagged with the releases that serve it.
@@ -710,24 +738,27 @@ mvp_stop_clean() {
 restart_node b "$B_IP" "$OLD" ""
 sleep 6
 
-# ---- before the upgrade: which clients will 1.36 break? (mvproxy readiness) ------------------
-# A' and B' restart told the target, --target-release 1.36 (the catalog: what 1.36 serves
-# with its default runtime config), with both API servers on $OLD. Four clients use a few
-# GVRs each: kubectl of two releases (one client name, "kubectl"), a Python client with its
-# own User-Agent, and curl with a ServiceAccount's token. Two GVRs matter:
-#   scheduling.k8s.io/v1alpha1/workloads: served by $OLD here because this control plane turns
-#     every API on (--runtime-config=api/all=true); $NEW serves v1alpha2 instead, so no 1.36
-#     serves v1alpha1, whatever its runtime config;
+# ---- before the upgrade: which clients will NEW break? (mvproxy readiness) -------------------
+# A' and B' restart told the target, --target-release $TARGET (the catalog: what $TARGET serves
+# with its default runtime config, and with every API on), with both API servers on $OLD. Five
+# clients use a few GVRs each: kubectl of two releases (one client name, "kubectl"), a Python
+# client with its own User-Agent, a DRA driver (curl, its own User-Agent) and curl with a
+# ServiceAccount's token. Three GVRs matter:
+#   scheduling.k8s.io/$SKEW_OLD_V/workloads: served by $OLD here because this control plane
+#     turns every API on (--runtime-config=api/all=true); $NEW serves $SKEW_NEW_V instead, so
+#     no $TARGET serves $SKEW_OLD_V, whatever its runtime config;
+#   resource.k8s.io/v1alpha3/devicetaintrules: $TARGET serves it only with that group-version
+#     on (breaks_unless_enabled, with its --runtime-config entry);
 #   v1/componentstatuses: every release serves it and warns "v1 ComponentStatus is deprecated
 #     in v1.19+" (no release of removal named).
-# The other GVRs are ones 1.36 serves by default. `mvproxy readiness` must name exactly these
+# The other GVRs are ones $TARGET serves by default. `mvproxy readiness` must name exactly these
 # clients and GVRs; after the two rolling upgrades below, the GVRs that then got 404s straight
 # from the API servers must be exactly those it said break (readiness-outcome.md).
 for n in mvproxy-a mvproxy-b; do mvp_stop_clean "$n" || record "$n stops for the readiness restart" FAIL "see logs/$n.log"; done
-mvp_start mvproxy-a "$MA_IP" "$A_IP" --server-id apiserver-a --peer "apiserver-b=https://$MB_IP:7443" --target-release 1.36
-mvp_start mvproxy-b "$MB_IP" "$B_IP" --server-id apiserver-b --peer "apiserver-a=https://$MA_IP:7443" --target-release 1.36
+mvp_start mvproxy-a "$MA_IP" "$A_IP" --server-id apiserver-a --peer "apiserver-b=https://$MB_IP:7443" --target-release "$TARGET"
+mvp_start mvproxy-b "$MB_IP" "$B_IP" --server-id apiserver-b --peer "apiserver-a=https://$MA_IP:7443" --target-release "$TARGET"
 mvp_ready "$MA_IP" && mvp_ready "$MB_IP" && wait_for 30 sh -c "curl -s http://$MA_IP:7543/debug/discovery | jq -e '[.servers[] | select(.up)] | length == 2'" ||
-  record "mvproxy A' and B' with --target-release 1.36 ready" FAIL "see logs/mvproxy-a.log, logs/mvproxy-b.log"
+  record "mvproxy A' and B' with --target-release $TARGET ready" FAIL "see logs/mvproxy-a.log, logs/mvproxy-b.log"
 kc "$kubectl_new" "$CP_DIR/direct-a.kc" apply -f - >/dev/null <<'YAML'
 apiVersion: v1
 kind: ServiceAccount
@@ -747,21 +778,21 @@ YAML
 auditor_token=$(kc "$kubectl_new" "$CP_DIR/direct-a.kc" create token auditor -n default --duration 1h)
 readiness_clients() {
   local ok=0
-  # kubectl (older release) through A': the GVR 1.36 does not serve, and pods.
-  kc "$kubectl_old" "$CP_DIR/via-a.kc" get workloads.v1alpha1.scheduling.k8s.io -n default >/dev/null 2>>"$CP_DIR/logs/kubectl.err" || ok=1
+  # kubectl (older release) through A': the GVR $TARGET does not serve, and pods.
+  kc "$kubectl_old" "$CP_DIR/via-a.kc" get "$WL_OLD" -n default >/dev/null 2>>"$CP_DIR/logs/kubectl.err" || ok=1
   kc "$kubectl_old" "$CP_DIR/via-a.kc" get pods -n default >/dev/null 2>>"$CP_DIR/logs/kubectl.err" || ok=1
   # kubectl (installed release) through B': configmaps, and the deprecated componentstatuses.
   kc "$kubectl_new" "$CP_DIR/via-b.kc" get configmaps -n default >/dev/null 2>>"$CP_DIR/logs/kubectl.err" || ok=1
   kc "$kubectl_new" "$CP_DIR/via-b.kc" get componentstatuses >/dev/null 2>>"$CP_DIR/logs/kubectl.err" || ok=1
   # A Python client with its own User-Agent, through both: deployments and the missing GVR.
-  python3 - "$pki" "$MA_IP" "$MB_IP" <<'PY' || ok=1
+  python3 - "$pki" "$MA_IP" "$MB_IP" "$WLO" <<'PY' || ok=1
 import http.client, ssl, sys
-pki, a, b = sys.argv[1:4]
+pki, a, b, old_only = sys.argv[1:5]
 ctx = ssl.create_default_context(cafile=f"{pki}/ca.crt")
 ctx.load_cert_chain(f"{pki}/admin.crt", f"{pki}/admin.key")
 for host, path in [(a, "/apis/apps/v1/namespaces/default/deployments"),
-                   (b, "/apis/scheduling.k8s.io/v1alpha1/namespaces/default/workloads"),
-                   (a, "/apis/scheduling.k8s.io/v1alpha1/namespaces/default/workloads")]:
+                   (b, old_only),
+                   (a, old_only)]:
     c = http.client.HTTPSConnection(host, 7443, context=ctx, timeout=15)
     c.request("GET", path, headers={"User-Agent": "inventory-sync/2.1.0 (linux/amd64)",
                                     "Accept": "application/json"})
@@ -769,18 +800,21 @@ for host, path in [(a, "/apis/apps/v1/namespaces/default/deployments"),
     r.read()
     assert r.status == 200, (path, r.status)
 PY
+  # A DRA driver through A': resource.k8s.io/v1alpha3/devicetaintrules, which $TARGET serves
+  # only with that group-version turned on (the catalog's every-API capture lists it).
+  [ "$(as admin "https://$MA_IP:7443" /apis/resource.k8s.io/v1alpha3/devicetaintrules -A 'dra-driver/0.3.0' -o /dev/null -w '%{http_code}')" = 200 ] || ok=1
   # curl with the ServiceAccount's token (no client certificate) through A'.
   for path in /api/v1/componentstatuses /api/v1/namespaces/default/configmaps; do
     [ "$(curl -sS --max-time 15 --cacert "$pki/ca.crt" -H "Authorization: Bearer $auditor_token" -o /dev/null -w '%{http_code}' "https://$MA_IP:7443$path")" = 200 ] || ok=1
   done
   return "$ok"
 }
-check "readiness clients: kubectl $("$kubectl_old" version --client -o json 2>/dev/null | jq -r .clientVersion.gitVersion) and $("$kubectl_new" version --client -o json 2>/dev/null | jq -r .clientVersion.gitVersion), inventory-sync (Python), curl (ServiceAccount token)" \
+check "readiness clients: kubectl $("$kubectl_old" version --client -o json 2>/dev/null | jq -r .clientVersion.gitVersion) and $("$kubectl_new" version --client -o json 2>/dev/null | jq -r .clientVersion.gitVersion), inventory-sync (Python), dra-driver and curl (ServiceAccount token)" \
   "every request answered 200 through A' and B', both API servers on $OLD" readiness_clients
 set +e
-"$MVPROXY" readiness --target 1.36 --proxy "http://$MA_IP:7543" --proxy "http://$MB_IP:7543" --output json >"$out/readiness-before.json" 2>"$CP_DIR/readiness.err"
+"$MVPROXY" readiness --target "$TARGET" --proxy "http://$MA_IP:7543" --proxy "http://$MB_IP:7543" --output json >"$out/readiness-before.json" 2>"$CP_DIR/readiness.err"
 readiness_rc=$?
-"$MVPROXY" readiness --target 1.36 --proxy "http://$MA_IP:7543" --proxy "http://$MB_IP:7543" >"$out/readiness-before.txt" 2>>"$CP_DIR/readiness.err"
+"$MVPROXY" readiness --target "$TARGET" --proxy "http://$MA_IP:7543" --proxy "http://$MB_IP:7543" >"$out/readiness-before.txt" 2>>"$CP_DIR/readiness.err"
 set -e
 # (client, kind, GVR) as readiness reports them, core GVRs as core/v1/…
 readiness_rows() {
@@ -791,14 +825,15 @@ readiness_rows() {
 kold=$(basename "$kubectl_old") knew=$(basename "$kubectl_new")
 LC_ALL=C sort >"$CP_DIR/readiness-want.txt" <<WANT
 curl deprecated core/v1/componentstatuses
-inventory-sync breaks_on_target scheduling.k8s.io/v1alpha1/workloads
-$kold breaks_on_target scheduling.k8s.io/v1alpha1/workloads
+dra-driver breaks_unless_enabled resource.k8s.io/v1alpha3/devicetaintrules
+inventory-sync breaks_on_target scheduling.k8s.io/$SKEW_OLD_V/workloads
+$kold breaks_on_target scheduling.k8s.io/$SKEW_OLD_V/workloads
 $knew deprecated core/v1/componentstatuses
 WANT
 readiness_exact() {
   [ "$readiness_rc" = 1 ] && diff <(readiness_rows) "$CP_DIR/readiness-want.txt" >&2
 }
-check "mvproxy readiness --target 1.36 before the upgrade names exactly the clients and GVRs" \
+check "mvproxy readiness --target $TARGET before the upgrade names exactly the clients and GVRs" \
   "exit $readiness_rc (want 1); $(readiness_rows | tr '\n' ';') (readiness-before.txt)" readiness_exact
 fp_before="A' $(mvp_footprint mvproxy-a), B' $(mvp_footprint mvproxy-b)"
 upgrade mvproxy "https://$MA_IP:7443,https://$MB_IP:7443" ""
@@ -832,15 +867,15 @@ midway() {
   mvp_ready "$MA_IP" 7445 &&
     wait_for 30 sh -c "curl -s http://$MA_IP:7545/debug/discovery | jq -e --arg id '$lb' '[.servers[] | select(.id == \$id and .up)] | length == 1'" ||
     { synced=0; record "mvproxy with lease peers in front of upstream's proxy" FAIL "peer $lb not up (logs/mvproxy-a-leases.log)"; }
-  # Upstream's 1.36 peer-aggregated /apis, once it has fetched its peer (a $OLD-only GV listed).
+  # Upstream's $NEW peer-aggregated /apis, once it has fetched its peer (a $OLD-only GV listed).
   local gv
   gv=$(grep -m1 . "$out/only-$OLD.txt" | cut -d/ -f1,2)
   wait_for 60 sh -c "curl -s --cacert $pki/ca.crt --cert $pki/admin.crt --key $pki/admin.key -H 'Accept: $V2' https://$A_IP:$CP_PORT/apis | jq -e --arg gv '$gv' '[.items[] | .metadata.name as \$g | .versions[] | \"\(\$g)/\(.version)\"] | index(\$gv)'" ||
-    record "upstream 1.36 lists its peer's group-versions" FAIL "$gv never appeared in $A_IP's /apis"
+    record "upstream $NEW lists its peer's group-versions" FAIL "$gv never appeared in $A_IP's /apis"
   cp_curl "$A_IP" /apis -H "Accept: $V2" >"$out/apis-upstream-$NEW.json"
   as admin "https://$MA_IP:7445" /apis -H "Accept: $V2" >"$out/apis-mvproxy.json"
   # Compared only once mvproxy has read both servers (else it passes local's document through).
-  check "merged /apis via mvproxy = upstream 1.36's peer-aggregated /apis (groups, versions, resources, order)" "see apis-diff.txt" \
+  check "merged /apis via mvproxy = upstream $NEW's peer-aggregated /apis (groups, versions, resources, order)" "see apis-diff.txt" \
     sh -c "[ $synced = 1 ] && python3 '$here/compare_apis.py' '$out/apis-mvproxy.json' '$out/apis-upstream-$NEW.json' '$out/apis-diff.txt'"
   cp_stop mvproxy-a-leases
 }
@@ -874,11 +909,12 @@ done
 # later phase, straight from the API servers (upstream's run) and through mvproxy.
 python3 - "$out/readiness-before.json" "$out/upgrade-upstream.json" "$out/upgrade-mvproxy.json" \
   "core/v1/pods=$kold" "core/v1/configmaps=$knew,curl" "apps/v1/deployments=inventory-sync" \
-  "core/v1/componentstatuses=$knew,curl" "scheduling.k8s.io/v1alpha1/workloads=$kold,inventory-sync" \
+  "core/v1/componentstatuses=$knew,curl" "scheduling.k8s.io/$SKEW_OLD_V/workloads=$kold,inventory-sync" "target=$TARGET" \
   >"$out/readiness-outcome.md" 2>"$CP_DIR/outcome.err" <<'PY' || true
 import json, sys
 pred, straight, via = (json.load(open(p)) for p in sys.argv[1:4])
 used = dict(a.split("=", 1) for a in sys.argv[4:])  # GVR -> the clients that sent it
+target = used.pop("target")
 norm = lambda g: "core/" + g if g.count("/") == 1 else g
 predicted = {}
 for r in pred["rows"]:
@@ -895,7 +931,7 @@ bad = []
 for g, users in used.items():
     kinds = predicted.get(g, {})
     breaks = "breaks_on_target" in kinds
-    said = [f"breaks on 1.36: {', '.join(sorted(kinds['breaks_on_target']))}"] if breaks else []
+    said = [f"breaks on {target}: {', '.join(sorted(kinds['breaks_on_target']))}"] if breaks else []
     if "deprecated" in kinds:
         said.append(f"deprecated: {', '.join(sorted(kinds['deprecated']))}")
     label = "; ".join(said) or "not listed"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Conformance part "deploy": the shipped manifests and the image on the real control plane.
-# Two real kube-apiservers, 1.35.4 (A, 192.0.2.2) and 1.36.3 (B, 192.0.2.3), on one etcd,
+# Two real kube-apiservers, OLD (A, 192.0.2.2) and NEW (B, 192.0.2.3) of the pair
+# (conformance_pair in lib.sh: 1.36.3 and 1.37.2 by default), on one etcd,
 # in a network namespace of the part's own (as scripts/conformance/control-plane.sh):
 #   - every Kubernetes manifest of deploy/kubernetes/ and every kustomization (the bases and
 #     deploy/kustomize/'s overlays, rendered by `kubectl kustomize`) passes
@@ -28,7 +29,8 @@ if [ -z "${CONFORMANCE_NETNS:-}" ]; then
   t0=$(date +%s)
   "$root/scripts/image.sh" --export "$rootfs" >"$out/image.txt"
   record "image builds (scripts/image.sh)" PASS "$(tr '\n' ' ' <"$out/image.txt")in $(( $(date +%s) - t0 ))s (cached steps reused)"
-  "$root/scripts/control-plane/build.sh" >/dev/null
+  conformance_pair
+  "$root/scripts/control-plane/build.sh" "${COMPONENTS[@]}" >/dev/null
   exec unshare --net -- env CONFORMANCE_NETNS=1 "$0" "$@"
 fi
 ip link set lo up
@@ -47,7 +49,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-OLD=1.35.4 NEW=1.36.3
+conformance_pair
 A_IP=192.0.2.2 B_IP=192.0.2.3
 MA_IP=127.0.0.2 MB_IP=127.0.0.3
 pki="$CP_DIR/pki"
@@ -58,7 +60,7 @@ kc() { # KUBECONFIG args...
   kubectl --kubeconfig "$cfg" --cache-dir "$CP_DIR/kcache" --request-timeout 20s "$@"
 }
 
-cp_init
+cp_init "${COMPONENTS[@]}"
 cp_pki alice mvproxy-testers
 t0=$(date +%s)
 cp_start_etcd
@@ -222,12 +224,12 @@ for via in a b; do
   d=$(diff "$out/api-resources-union.txt" "$CP_DIR/ar.txt" | grep '^[<>]' | tr '\n' ' ' || true)
   check "kubectl api-resources via the static pod on $via = union of both releases" "$(wc -l <"$CP_DIR/ar.txt") resources${d:+; differs: $d}" test -z "$d"
 done
-WL=workloads.v1alpha2.scheduling.k8s.io
-wl() { printf '{"apiVersion":"scheduling.k8s.io/v1alpha2","kind":"Workload","metadata":{"name":"%s","namespace":"default"},"spec":{"podGroupTemplates":[{"name":"g","schedulingPolicy":{"basic":{}}}]}}' "$1"; }
+WL=workloads.$SKEW_NEW_V.scheduling.k8s.io
+wl() { printf '{"apiVersion":"scheduling.k8s.io/%s","kind":"Workload","metadata":{"name":"%s","namespace":"default"},"spec":{"podGroupTemplates":[{"name":"g","schedulingPolicy":{"basic":{}}}]}}' "$SKEW_NEW_V" "$1"; }
 crud_hop() {
   wl deploy-pod-1 | kc "$CP_DIR/via-a.kc" create -f - >/dev/null &&
     kc "$CP_DIR/via-a.kc" get "$WL" deploy-pod-1 -n default -o name | grep -q deploy-pod-1 &&
-    [ "$(cp_curl "$B_IP" /apis/scheduling.k8s.io/v1alpha2/namespaces/default/workloads/deploy-pod-1 -o /dev/null -w '%{http_code}')" = 200 ] &&
+    [ "$(cp_curl "$B_IP" "/apis/scheduling.k8s.io/$SKEW_NEW_V/namespaces/default/workloads/deploy-pod-1" -o /dev/null -w '%{http_code}')" = 200 ] &&
     kc "$CP_DIR/via-a.kc" delete "$WL" deploy-pod-1 -n default >/dev/null
 }
 check "create/get/delete $NEW-only workloads via the static pod on A ($OLD)" "served by B through the peer pod; read back straight from B" crud_hop

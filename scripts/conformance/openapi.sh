@@ -27,10 +27,7 @@ kubectl_newest=$(newest_kubectl)
 wl_apply_manifest() {
   local version=$1 name=$2
   shift 2
-  case $version in
-    v1alpha2) wl_new "$name" ;;
-    v1alpha1) wl_old "$name" ;;
-  esac | jq -c --args '.metadata.finalizers = $ARGS.positional' "$@"
+  wl "$version" "$name" | jq -c --args '.metadata.finalizers = $ARGS.positional' "$@"
 }
 
 # apply_twice KUBECTL KUBECONFIG VERSION NAME: the patch type of the second apply and the
@@ -52,10 +49,7 @@ apply_twice() {
 # strict_unknown KUBECTL KUBECONFIG VERSION: kubectl's error for an unknown field.
 strict_unknown() {
   local version=$3
-  case $version in
-    v1alpha2) wl_new cp-strict ;;
-    v1alpha1) wl_old cp-strict ;;
-  esac | jq -c '.spec.bogusField = 1' | kc "$1" "$2" apply --validate=strict -f - 2>&1 | no_discovery_noise | sed 's/[0-9a-f-]\{36\}//g'
+  wl "$version" cp-strict | jq -c '.spec.bogusField = 1' | kc "$1" "$2" apply --validate=strict -f - 2>&1 | no_discovery_noise | sed 's/[0-9a-f-]\{36\}//g'
   kc "$1" "$2" delete "workloads.$version.scheduling.k8s.io" cp-strict -n default --ignore-not-found >/dev/null 2>&1 || true
 }
 
@@ -76,8 +70,8 @@ same() { # WHAT VIA STRAIGHT: equal outputs
 openapi_kubectl_checks() { # KUBECTL
   local k=$1 kv via straight version ea es
   kv=$("$k" version --client -o json 2>/dev/null | jq -r .clientVersion.gitVersion)
-  # via A' ($OLD) for v1alpha2 ($NEW only, straight: B); via B' ($NEW) for v1alpha1 ($OLD only, straight: A).
-  for pair in "a v1alpha2 direct-b" "b v1alpha1 direct-a"; do
+  # via A' ($OLD) for $SKEW_NEW_V ($NEW only, straight: B); via B' ($NEW) for $SKEW_OLD_V ($OLD only, straight: A).
+  for pair in "a $SKEW_NEW_V direct-b" "b $SKEW_OLD_V direct-a"; do
     read -r via version straight <<<"$pair"
     ea=$(kc "$k" "$CP_DIR/via-$via.kc" explain workloads --api-version="scheduling.k8s.io/$version" --recursive 2>&1 | no_discovery_noise || true)
     es=$(kc "$k" "$CP_DIR/$straight.kc" explain workloads --api-version="scheduling.k8s.io/$version" --recursive 2>&1 | no_discovery_noise || true)
@@ -122,7 +116,7 @@ openapi_documents_agree() { # VIA_IP LOCAL_IP OTHER_IP OTHER_ONLY_GV
   echo "v3 index $(jq '.paths | length' "$CP_DIR/v3-via.json") documents (local $(jq '.paths | length' "$CP_DIR/v3-local.json")), v2 $(jq '.paths | length' "$CP_DIR/v2-via.json") paths (local $(jq '.paths | length' "$CP_DIR/v2-local.json")), protobuf ${pb_via#* } bytes (local $pb_local)"
 }
 
-for pair in "a $MA_IP $A_IP $B_IP scheduling.k8s.io/v1alpha2" "b $MB_IP $B_IP $A_IP scheduling.k8s.io/v1alpha1"; do
+for pair in "a $MA_IP $A_IP $B_IP scheduling.k8s.io/$SKEW_NEW_V" "b $MB_IP $B_IP $A_IP scheduling.k8s.io/$SKEW_OLD_V"; do
   read -r name via_ip local_ip other_ip gv <<<"$pair"
   detail=$(openapi_documents_agree "$via_ip" "$local_ip" "$other_ip" "$gv" 2>&1) && r=PASS || r=FAIL
   record "/openapi/v3 and /openapi/v2 via mvproxy $name = local's + $gv" "$r" "$detail"

@@ -3,9 +3,9 @@
 # GVR fails, through mvproxy and through upstream's own Mixed Version Proxy, on real,
 # unmodified kube-apiservers and etcd (scripts/control-plane/).
 #
-# Three API servers share one etcd, all with upstream's proxy on: A = 1.35.4 on 192.0.2.2,
-# B and C = 1.36.3 on 192.0.2.3 and .4, so B and C both serve the 1.36-only
-# scheduling.k8s.io/v1alpha2 workloads and A does not. mvproxy A' (127.0.0.2:7443) is in front
+# Three API servers share one etcd, all with upstream's proxy on: A = OLD on 192.0.2.2,
+# B and C = NEW on 192.0.2.3 and .4 (the pair of conformance_pair in lib.sh), so B and C both
+# serve the NEW-only scheduling.k8s.io/SKEW_NEW_V workloads and A does not. mvproxy A' (127.0.0.2:7443) is in front
 # of A, with B and C as its peers (the API servers themselves, as --peer-source leases finds
 # them and as upstream's proxy reaches them); B' and C' are in front of B and C. Two steady
 # loads of the same mix run side by side for the whole part, each with its own User-Agent:
@@ -42,12 +42,13 @@ if ! command -v iptables >/dev/null && [ "$(id -u)" -eq 0 ]; then
 fi
 command -v iptables >/dev/null || { record "iptables installed" FAIL "the drop fault needs iptables (Debian: apt-get install iptables)"; exit 1; }
 # MVPROXY: the binary to measure (default: a release build of this checkout, built here).
-# OLD: the release of A. 1.35.4 is the real skew; OLD=1.36.3 runs A on 1.36.3 with
-# scheduling.k8s.io/v1alpha2 turned off (--runtime-config), for a machine where 1.35.4 is not
-# built yet: the same routing, said so in the report.
+# PEER_FAILURES_SAME_RELEASE=1 runs A on NEW too, with scheduling.k8s.io/SKEW_NEW_V turned off
+# (--runtime-config), for a machine where OLD is not built yet: the same routing, said so in
+# the report.
 MVPROXY=${MVPROXY:-$root/target/release/mvproxy}
-OLD=${OLD:-1.35.4} NEW=1.36.3
-components=(etcd-v3.6.16 "kube-apiserver-v$NEW")
+conformance_pair
+[ "${PEER_FAILURES_SAME_RELEASE:-}" = 1 ] && OLD=$NEW
+components=("etcd-v$CP_ETCD_VERSION" "kube-apiserver-v$NEW")
 [ "$OLD" = "$NEW" ] || components+=("kube-apiserver-v$OLD")
 
 if [ -z "${CONFORMANCE_NETNS:-}" ]; then
@@ -84,7 +85,7 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 pki="$CP_DIR/pki"
-WL=/apis/scheduling.k8s.io/v1alpha2/namespaces/default/workloads
+WL=/apis/scheduling.k8s.io/$SKEW_NEW_V/namespaces/default/workloads
 WL_SPEC='{"podGroupTemplates":[{"name":"g","schedulingPolicy":{"basic":{}}}]}'
 LOAD_RATE=${LOAD_RATE:-16}
 STOP_SECONDS=${STOP_SECONDS:-20}
@@ -95,7 +96,7 @@ mkdir -p "$CP_DIR"/{pki,logs,run}
 while IFS= read -r line; do export "${line?}"; done < <("$root/scripts/control-plane/build.sh" "${components[@]}")
 cp_pki
 A_ARGS=()
-[ "$OLD" = "$NEW" ] && A_ARGS=(--runtime-config scheduling.k8s.io/v1alpha2=false)
+[ "$OLD" = "$NEW" ] && A_ARGS=(--runtime-config "scheduling.k8s.io/$SKEW_NEW_V=false")
 
 # The faulted server's audit log: which requests it served, and when (each load has its own
 # User-Agent). Only workloads; level Metadata (no bodies).
@@ -148,12 +149,12 @@ done
 mvp_start apiserver-a "$MA_IP" "$A_IP" "$B_IP" apiserver-b "$C_IP" apiserver-c
 mvp_start apiserver-b "$MB_IP" "$B_IP" "$A_IP" apiserver-a "$C_IP" apiserver-c
 mvp_start apiserver-c "$MC_IP" "$C_IP" "$A_IP" apiserver-a "$B_IP" apiserver-b
-# Both ways of reaching workloads from the 1.35 side work before the load starts: mvproxy has
+# Both ways of reaching workloads from the OLD side work before the load starts: mvproxy has
 # read B's and C's discovery, upstream's proxy in A has found its peers.
 ready=1
 wait_for 60 is_200 "https://$MA_IP:7443" "$WL" || ready=0
 wait_for 120 is_200 "https://$A_IP:$CP_PORT" "$WL" || ready=0
-check "three API servers ($OLD, $NEW, $NEW), each with an mvproxy; workloads v1alpha2 reachable from the $OLD side both ways" \
+check "three API servers ($OLD, $NEW, $NEW), each with an mvproxy; workloads $SKEW_NEW_V reachable from the $OLD side both ways" \
   "ready in $(( $(date +%s) - t0 ))s" test "$ready" = 1
 [ "$ready" = 1 ] || exit 1
 
@@ -161,7 +162,7 @@ UA_MVP=peer-failures-via-mvproxy UA_UP=peer-failures-via-upstream
 start_load() { # LABEL TARGET USER_AGENT
   python3 "$here/peer_failures.py" load --target "$2" --label "$1" --user-agent "$3" \
     --ca "$pki/ca.crt" --cert "$pki/admin.crt" --key "$pki/admin.key" --rate "$LOAD_RATE" \
-    --peer-path "$WL" --peer-api-version scheduling.k8s.io/v1alpha2 --peer-kind Workload --peer-spec "$WL_SPEC" \
+    --peer-path "$WL" --peer-api-version "scheduling.k8s.io/$SKEW_NEW_V" --peer-kind Workload --peer-spec "$WL_SPEC" \
     --out "$out/load-$1.jsonl" &
   loaders+=($!)
 }

@@ -16,13 +16,15 @@
 #        copy /tmp/x/kube-apiserver-1.37.2 (its peer-aggregated/ is its merge with 1.36.3).
 #
 # capture.sh catalog [VERSION ...] (default: every kube-apiserver-v* module beside this script)
-# captures instead what each release serves with its DEFAULT feature gates and runtime config
-# (no --runtime-config, no --feature-gates: what a cluster serves unless its operator turned
-# more on), one release at a time, each alone against a fresh etcd, into
-# fixtures/discovery/defaults/kube-apiserver-VERSION/{api,apis,version}.json (aggregated
-# discovery v2, profile=nopeer: the layout of `mvproxy serve --target-discovery DIR`), and
-# writes from them the catalog embedded in mvproxy, proxy/core/src/target/catalog/1.MINOR.json
-# (the groups, versions and resources, in the server's order). A test
+# captures instead what each release serves, twice, one release at a time, each alone against
+# a fresh etcd: with its DEFAULT feature gates and runtime config (no --runtime-config, no
+# --feature-gates: what a cluster serves unless its operator turned more on), into
+# fixtures/discovery/defaults/kube-apiserver-VERSION/{api,apis,version}.json, and with EVERY API
+# on (--runtime-config=api/all=true and every alpha and beta gate: what the release can serve
+# at all), into fixtures/discovery/all/kube-apiserver-VERSION/ (aggregated discovery v2,
+# profile=nopeer: the layout of `mvproxy serve --target-discovery DIR`). From them it writes
+# the catalog embedded in mvproxy, proxy/core/src/target/catalog/1.MINOR.json and
+# 1.MINOR-all.json (the groups, versions and resources, in the server's order). A test
 # (proxy/core/src/target/catalog.rs) keeps the catalog equal to these captured files.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -102,13 +104,20 @@ capture_local() {
 }
 
 # capture_defaults VERSION: one release alone, default gates and runtime config.
-capture_defaults() {
-  local v=$1 dir="$out/kube-apiserver-$1" minor
+# capture_catalog VERSION defaults|all: one release alone, its documents and its catalog file.
+capture_catalog() {
+  local v=$1 config=$2 dir minor file
   minor=$(echo "$v" | cut -d. -f1,2)
-  cp_log "kube-apiserver $v, default feature gates and runtime config"
+  if [ "$config" = defaults ]; then
+    dir="$out/kube-apiserver-$v" file="$catalog/$minor.json"
+    cp_log "kube-apiserver $v, default feature gates and runtime config"
+  else
+    dir="$out/../all/kube-apiserver-$v" file="$catalog/$minor-all.json" config=""
+    cp_log "kube-apiserver $v, every API on"
+  fi
   rm -rf "$CP_DIR/run/etcd" "$dir"
   cp_start_etcd
-  cp_start_apiserver apiserver "$v" 127.0.0.2 defaults
+  cp_start_apiserver apiserver "$v" 127.0.0.2 "$config"
   cp_wait_ready apiserver 127.0.0.2
   mkdir -p "$dir"
   get 127.0.0.2 /api "$V2;profile=nopeer" "$dir/api.json"
@@ -121,8 +130,8 @@ capture_defaults() {
      groups: [($api[0].items + $apis[0].items)[]
        | {name: (.metadata.name // ""),
           versions: [.versions[] | {version, resources: [(.resources // [])[].resource]}]}]}' \
-    >"$catalog/$minor.json"
-  cp_log "captured $dir and $catalog/$minor.json"
+    >"$file"
+  cp_log "captured $dir and $file"
 }
 
 if [ "$mode" = catalog ]; then
@@ -130,7 +139,10 @@ if [ "$mode" = catalog ]; then
   for v in "${versions[@]}"; do builds+=("kube-apiserver-v$v"); done
   cp_init "${builds[@]}"
   cp_pki
-  for v in "${versions[@]}"; do capture_defaults "$v"; done
+  for v in "${versions[@]}"; do
+    capture_catalog "$v" defaults
+    capture_catalog "$v" all
+  done
   exit 0
 fi
 

@@ -97,10 +97,15 @@ _cp_record() { echo "$1 $2" >>"$CP_DIR/pids"; }
 cp_pid() { awk -v n="$1" '$1 == n {p=$2} END {print p}' "$CP_DIR/pids"; }
 
 # cp_start_etcd: one etcd member, plain HTTP on 127.0.0.1 (loopback only).
-cp_start_etcd() {
+# cp_etcd_bin: path of the cached etcd $CP_ETCD_VERSION.
+cp_etcd_bin() {
   local var
   var="ETCD_V$(echo "$CP_ETCD_VERSION" | tr . _)"
-  "${!var:?no etcd $CP_ETCD_VERSION built}" --name cp-etcd --data-dir "$CP_DIR/run/etcd" \
+  echo "${!var:?no etcd $CP_ETCD_VERSION built}"
+}
+
+cp_start_etcd() {
+  "$(cp_etcd_bin)" --name cp-etcd --data-dir "$CP_DIR/run/etcd" \
     --listen-client-urls "http://127.0.0.1:$CP_ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$CP_ETCD_PORT" \
     --listen-peer-urls "http://127.0.0.1:$((CP_ETCD_PORT + 1))" \
     --initial-advertise-peer-urls "http://127.0.0.1:$((CP_ETCD_PORT + 1))" \

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Starts a real mixed-version control plane on loopback and keeps it up until Ctrl-C:
-# etcd v3.6.16, kube-apiserver v1.35.4 on 127.0.0.2:6443 (host name apiserver-old) and
-# kube-apiserver v1.36.3 on 127.0.0.3:6443 (host name apiserver-new), both against the same
-# etcd, with a throwaway kubeadm-style PKI. Writes $CP_DIR/admin.kubeconfig (pointing at the
-# 1.36 server). Everything it started is stopped, by PID, when it exits.
+# etcd, kube-apiserver OLD on 127.0.0.2:6443 (host name apiserver-old) and kube-apiserver NEW
+# on 127.0.0.3:6443 (host name apiserver-new), both against the same etcd, with a throwaway
+# kubeadm-style PKI. OLD=1.35.4 NEW=1.36.3 on etcd 3.6.16 by default; OLD=1.36.3 NEW=1.37.2
+# CP_ETCD_VERSION=3.7.0 for the upgrade to 1.37. Writes $CP_DIR/admin.kubeconfig (pointing at
+# the NEW server). Everything it started is stopped, by PID, when it exits.
 #
 # usage: up.sh [--mvp] [--check] [--dir DIR]
 #   --mvp     start both API servers with upstream's Mixed Version Proxy
@@ -31,12 +32,13 @@ export CP_DIR
 trap 'cp_cleanup; [ -z "$made" ] || rm -rf "$CP_DIR"' EXIT
 trap 'exit 130' INT TERM
 
-cp_init
+OLD=${OLD:-1.35.4} NEW=${NEW:-1.36.3}
+cp_init "etcd-v$CP_ETCD_VERSION" "kube-apiserver-v$OLD" "kube-apiserver-v$NEW"
 cp_pki
 t0=$(date +%s.%N)
 cp_start_etcd
-cp_start_apiserver apiserver-old 1.35.4 127.0.0.2 "$mvp"
-cp_start_apiserver apiserver-new 1.36.3 127.0.0.3 "$mvp"
+cp_start_apiserver apiserver-old "$OLD" 127.0.0.2 "$mvp"
+cp_start_apiserver apiserver-new "$NEW" 127.0.0.3 "$mvp"
 cp_wait_ready apiserver-old 127.0.0.2
 cp_wait_ready apiserver-new 127.0.0.3
 t1=$(date +%s.%N)
