@@ -67,7 +67,7 @@ async fn requests_the_target_release_does_not_serve_are_counted_per_client_befor
         .text();
     let series = |client: &str| {
         format!(
-            "mvproxy_target_missing_requests_total{{client=\"{client}\",group=\"flowcontrol.apiserver.k8s.io\",version=\"v1beta3\",resource=\"flowschemas\",target=\"1.36\"}}"
+            "mvproxy_target_missing_requests_total{{client=\"{client}\",group=\"flowcontrol.apiserver.k8s.io\",version=\"v1beta3\",resource=\"flowschemas\",target=\"1.36\",availability=\"never\"}}"
         )
     };
     let want: BTreeMap<String, u64> = [(series("kubectl"), 2), (series("flowschema-tuner"), 1)]
@@ -109,6 +109,72 @@ async fn requests_the_target_release_does_not_serve_are_counted_per_client_befor
         ]
         .into_iter()
         .collect()
+    );
+    p.kill().await;
+    old.shutdown().await;
+}
+
+/// A staging cluster turns alpha and beta APIs on: a GVR the target serves only once turned
+/// on is counted apart (`availability="off_by_default"`), listed in `/debug/clients` with the
+/// `--runtime-config` entry, and `mvproxy readiness` exits 3 for it alone.
+#[tokio::test]
+async fn a_gvr_the_target_serves_only_when_turned_on_is_judged_apart() {
+    // 1.34 with every API on serves resource.k8s.io/v1alpha3/devicetaintrules; 1.36 serves it
+    // only with that group-version turned on.
+    let old = standin_release("apiserver-old", &apis_134(), "v1.34.0").await;
+    let mut args = proxy_args("apiserver-old", &old.url(), &[]);
+    args.extend(["--target-release".to_owned(), "1.36".to_owned()]);
+    let p = Proxy::serve(&args).await;
+    p.ready().await;
+    let path = "/apis/resource.k8s.io/v1alpha3/devicetaintrules";
+    for _ in 0..2 {
+        let r = get(&format!("{}{path}", p.url()), &[("user-agent", KUBECTL)])
+            .await
+            .unwrap();
+        assert_eq!(r.status, StatusCode::OK, "{}", r.text());
+    }
+    let scrape = get(&format!("{}/metrics", p.admin_url()), &[])
+        .await
+        .unwrap()
+        .text();
+    let series = "mvproxy_target_missing_requests_total{client=\"kubectl\",group=\"resource.k8s.io\",version=\"v1alpha3\",resource=\"devicetaintrules\",target=\"1.36\",availability=\"off_by_default\"}";
+    assert_eq!(
+        missing_samples(&scrape),
+        [(series.to_owned(), 2)].into_iter().collect(),
+        "{scrape}"
+    );
+    let d = get(&format!("{}/debug/clients", p.admin_url()), &[])
+        .await
+        .unwrap()
+        .json();
+    let kubectl = d["clients"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["client"] == "kubectl")
+        .unwrap()
+        .clone();
+    assert_eq!(
+        kubectl["breaks_on_target"],
+        serde_json::json!([]),
+        "{kubectl}"
+    );
+    let u = &kubectl["breaks_unless_enabled"][0];
+    assert_eq!(
+        u["gvr"], "resource.k8s.io/v1alpha3/devicetaintrules",
+        "{kubectl}"
+    );
+    assert_eq!(
+        u["runtime_config"], "resource.k8s.io/v1alpha3=true",
+        "{kubectl}"
+    );
+    assert_eq!(u["requests"], 2, "{kubectl}");
+
+    let (code, text, err) = readiness(&["--target", "1.36", "--proxy", &p.admin_url()]).await;
+    assert_eq!(code, 3, "{text}{err}");
+    assert!(
+        text.contains("--runtime-config resource.k8s.io/v1alpha3=true"),
+        "{text}"
     );
     p.kill().await;
     old.shutdown().await;

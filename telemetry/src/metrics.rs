@@ -101,6 +101,12 @@ pub mod values {
     /// Every `document` of `mvproxy_discovery_document_merges_total`.
     pub const DISCOVERY_DOCUMENTS: [&str; 2] = [DISCOVERY_API_GROUP, DISCOVERY_API_RESOURCE_LIST];
 
+    /// `availability` of `mvproxy_target_missing_requests_total`: the target release cannot
+    /// serve the GVR whatever its configuration.
+    pub const AVAILABILITY_NEVER: &str = "never";
+    /// The target release serves it only once turned on (`--runtime-config`, feature gates).
+    pub const AVAILABILITY_OFF_BY_DEFAULT: &str = "off_by_default";
+
     /// `hit` or `miss`.
     pub fn result(hit: bool) -> &'static str {
         if hit { HIT } else { MISS }
@@ -272,6 +278,9 @@ pub struct TargetMissingLabels {
     pub resource: String,
     /// The `target` label.
     pub target: String,
+    /// The `availability` label: `never` (the target cannot serve it whatever its
+    /// configuration) or `off_by_default` (it can, once turned on).
+    pub availability: &'static str,
 }
 
 /// `mvproxy_server_info` labels: a server and the `gitVersion` its `/version` reports (cut to

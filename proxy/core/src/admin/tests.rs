@@ -79,12 +79,14 @@ async fn debug_discovery_shows_each_server_and_the_skew() {
             .collect();
         let documented = [
             "error",
+            "error_at",
             "git_version",
             "gvrs",
             "id",
             "last_fetch",
             "local",
             "state",
+            "suspected_by",
             "up",
             "url",
         ];

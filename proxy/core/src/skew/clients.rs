@@ -43,8 +43,9 @@ pub struct Use {
 pub enum Key {
     /// In the skew, on this side.
     Skew(Side, Gvr),
-    /// Not served by the target release.
-    TargetMissing(Gvr),
+    /// Not served by the target release: whatever its configuration (`false`), or unless it is
+    /// turned on (`true`).
+    TargetMissing(Gvr, bool),
     /// Deprecated; removed in this release (`None`: the warning names none).
     Deprecated(Gvr, Option<Release>),
 }
@@ -188,9 +189,13 @@ pub struct ClientReport {
     pub partial: Vec<GvrUse>,
     /// GVRs judged while some server's release was unknown.
     pub unknown: Vec<GvrUse>,
-    /// GVRs the target release does not serve: these requests fail once the upgrade to it
-    /// completes (`use_version`: the version of the same group and resource it serves).
+    /// GVRs the target release does not serve whatever its configuration: these requests fail
+    /// once the upgrade to it completes (`use_version`: the version of the same group and
+    /// resource it serves).
     pub breaks_on_target: Vec<GvrUse>,
+    /// GVRs the target release serves only when turned on: these requests fail once the
+    /// upgrade completes unless its servers turn them on (`runtime_config`: the entry that does).
+    pub breaks_unless_enabled: Vec<GvrUse>,
     /// GVRs an API server answered with a deprecation warning (`removed_in`: the release
     /// the warning names).
     pub deprecated: Vec<GvrUse>,
@@ -217,9 +222,13 @@ pub struct GvrUse {
     pub first_seen: f64,
     /// Unix seconds.
     pub last_seen: f64,
-    /// In `breaks_on_target`: the version of this group and resource the target serves.
+    /// In `breaks_on_target` and `breaks_unless_enabled`: the version of this group and
+    /// resource the target serves.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub use_version: Option<String>,
+    /// In `breaks_unless_enabled`: the target's `--runtime-config` entry that turns it on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub runtime_config: Option<String>,
     /// In `deprecated`: the release the warning says removes it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub removed_in: Option<String>,
@@ -237,6 +246,7 @@ impl ClientReport {
             partial: Vec::new(),
             unknown: Vec::new(),
             breaks_on_target: Vec::new(),
+            breaks_unless_enabled: Vec::new(),
             deprecated: Vec::new(),
             first_seen: f64::INFINITY,
             last_seen: 0.0,
@@ -245,7 +255,7 @@ impl ClientReport {
             let first = unix(u.first_seen);
             let last = unix(u.last_seen);
             let gvr = match key {
-                Key::Skew(_, gvr) | Key::TargetMissing(gvr) | Key::Deprecated(gvr, _) => gvr,
+                Key::Skew(_, gvr) | Key::TargetMissing(gvr, _) | Key::Deprecated(gvr, _) => gvr,
             };
             // The skew's requests are the client's total; the other kinds count the same
             // requests again from another angle.
@@ -263,6 +273,7 @@ impl ClientReport {
                 first_seen: first,
                 last_seen: last,
                 use_version: None,
+                runtime_config: None,
                 removed_in: None,
             };
             match key {
@@ -270,7 +281,11 @@ impl ClientReport {
                 Key::Skew(Side::NewOnly, _) => r.breaks_on_rollback.push(item),
                 Key::Skew(Side::Partial, _) => r.partial.push(item),
                 Key::Skew(Side::Unknown, _) => r.unknown.push(item),
-                Key::TargetMissing(_) => r.breaks_on_target.push(item),
+                Key::TargetMissing(_, false) => r.breaks_on_target.push(item),
+                Key::TargetMissing(gvr, true) => {
+                    item.runtime_config = Some(crate::target::runtime_config(gvr));
+                    r.breaks_unless_enabled.push(item);
+                }
                 Key::Deprecated(_, removed_in) => {
                     item.removed_in = Some(
                         removed_in.map_or_else(|| REMOVED_IN_UNKNOWN.to_owned(), |r| r.to_string()),

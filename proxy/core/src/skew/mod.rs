@@ -114,10 +114,10 @@ impl SkewClients {
             user: headers.get(&self.user_header).cloned(),
         };
         let side = snap.skew_side(&req.gvr);
-        let target = self
-            .target
-            .as_deref()
-            .filter(|t| t.judge(&req.gvr, snap) == Verdict::Missing);
+        let target = self.target.as_deref().and_then(|t| {
+            let verdict = t.judge(&req.gvr, snap);
+            verdict.availability().map(|a| (t, verdict, a))
+        });
         if side.is_none() && target.is_none() {
             return Some(requester);
         }
@@ -136,10 +136,13 @@ impl SkewClients {
                 })
                 .inc();
         }
-        if let Some(target) = target {
-            let client = self
-                .clients
-                .record_use(&agent, Key::TargetMissing(req.gvr.clone()), now);
+        if let Some((target, verdict, availability)) = target {
+            let off_by_default = verdict == Verdict::OffByDefault;
+            let client = self.clients.record_use(
+                &agent,
+                Key::TargetMissing(req.gvr.clone(), off_by_default),
+                now,
+            );
             self.metrics
                 .target_missing_requests
                 .get_or_create(&TargetMissingLabels {
@@ -148,6 +151,7 @@ impl SkewClients {
                     version: req.gvr.version.clone(),
                     resource: req.gvr.resource.clone(),
                     target: target.label().to_owned(),
+                    availability,
                 })
                 .inc();
         }
@@ -218,10 +222,11 @@ impl SkewClients {
             .map(|r| r.to_string());
         let mut clients = self.clients.report();
         if let Some(target) = &self.target {
-            for use_ in clients
-                .iter_mut()
-                .flat_map(|c| c.breaks_on_target.iter_mut())
-            {
+            for use_ in clients.iter_mut().flat_map(|c| {
+                c.breaks_on_target
+                    .iter_mut()
+                    .chain(c.breaks_unless_enabled.iter_mut())
+            }) {
                 let gvr = crate::classify::Gvr::new(&*use_.group, &*use_.version, &*use_.resource);
                 use_.use_version = target.use_instead(&gvr).map(str::to_owned);
             }

@@ -9,10 +9,16 @@
 //! (`mvproxy_target_missing_requests_total`, `/debug/clients`), with the version of the same
 //! group and resource the target does serve, when there is one.
 //!
+//! A GVR the target does not serve is judged two ways: it breaks on the target whatever its
+//! configuration (the release cannot serve it at all), or it breaks unless the target turns it
+//! on (the release serves it with every API on, not by default: the `--runtime-config` entry
+//! that does is named). The catalog holds both captures of each release.
+//!
 //! Only built-in APIs are judged: a group that neither the target nor any release of the
-//! catalog serves (a CustomResourceDefinition's, an aggregated API server's) is not part of a
-//! kube-apiserver release and is never reported missing. What is counted is bounded by what
-//! the catalog's releases and the running servers serve, never by what clients send.
+//! catalog serves with every API on (a CustomResourceDefinition's, an aggregated API
+//! server's) is not part of a kube-apiserver release and is never reported missing. What is
+//! counted is bounded by what the catalog's releases and the running servers serve, never by
+//! what clients send.
 
 pub mod catalog;
 pub mod report;
@@ -27,6 +33,7 @@ use crate::classify::Gvr;
 use crate::discovery::Snapshot;
 use crate::discovery::side::ServerVersion;
 use crate::discovery::types::{ApiGroupDiscovery, ApiGroupDiscoveryList};
+use mvproxy_telemetry::metrics::values;
 
 /// The `target` label of a `--target-discovery` directory without `version.json`.
 pub const CUSTOM_TARGET: &str = "custom";
@@ -155,12 +162,38 @@ impl Surface {
 }
 
 /// What the target does about a GVR a client requested.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verdict {
     /// The target serves it, or it is not a built-in API, or nothing serves it anywhere.
     Fine,
-    /// The target does not serve it: the request breaks on the target.
+    /// The target does not serve it, and cannot whatever its configuration: the request
+    /// breaks on the target.
     Missing,
+    /// The target serves it only when turned on ([`runtime_config`]): the request breaks on
+    /// the target unless its operator does.
+    OffByDefault,
+}
+
+impl Verdict {
+    /// The `availability` label of `mvproxy_target_missing_requests_total`, `None` for `Fine`.
+    pub fn availability(self) -> Option<&'static str> {
+        match self {
+            Self::Fine => None,
+            Self::Missing => Some(values::AVAILABILITY_NEVER),
+            Self::OffByDefault => Some(values::AVAILABILITY_OFF_BY_DEFAULT),
+        }
+    }
+}
+
+/// The `--runtime-config` entry that turns `gvr`'s group-version on (kube-apiserver's
+/// `--runtime-config` takes `group/version=true`; `api/v1` for the core group, which is never
+/// off). An alpha API also needs its feature gate, which discovery does not name.
+pub fn runtime_config(gvr: &Gvr) -> String {
+    if gvr.group.is_empty() {
+        format!("api/{}=true", gvr.version)
+    } else {
+        format!("{}/{}=true", gvr.group, gvr.version)
+    }
 }
 
 /// The target release: what it serves, and what the judgement compares it with.
@@ -169,11 +202,14 @@ pub struct Target {
     label: String,
     surface: Surface,
     serves: HashSet<Gvr>,
+    /// What the target's release serves with every API on (the catalog's second capture; for
+    /// a `--target-discovery` of a release the catalog lacks, what the directory lists).
+    can_serve: HashSet<Gvr>,
     /// `(group, resource)` → the first version, in the target's preference, that serves it.
     preferred: HashMap<(String, String), String>,
-    /// Groups of the target and of every catalog release: the built-in APIs.
+    /// Groups of the target and of every catalog release with every API on: the built-in APIs.
     builtin_groups: HashSet<String>,
-    /// GVRs some catalog release serves: what may be counted before discovery is synced.
+    /// GVRs some catalog release can serve: what may be counted before discovery is synced.
     known: HashSet<Gvr>,
 }
 
@@ -181,7 +217,7 @@ impl Target {
     /// The catalog's `release` (`1.36`).
     pub fn from_catalog(release: &str) -> Result<Target, TargetError> {
         let surface = catalog::surface(release)?;
-        Target::new(release.to_owned(), surface)
+        Target::new(release.to_owned(), surface, Some(release))
     }
 
     /// `dir/api.json` and `dir/apis.json` (aggregated discovery v2) and, if present,
@@ -214,19 +250,35 @@ impl Target {
             .git_version
             .clone()
             .unwrap_or_else(|| CUSTOM_TARGET.to_owned());
-        Target::new(label, surface)
+        // The release the directory's server runs, when the catalog has it: what it can serve.
+        let release = surface.git_version.as_deref().and_then(|g| {
+            let minor = g
+                .trim_start_matches('v')
+                .splitn(3, '.')
+                .take(2)
+                .collect::<Vec<_>>()
+                .join(".");
+            catalog::releases().find(|r| *r == minor)
+        });
+        Target::new(label, surface, release)
     }
 
-    fn new(label: String, surface: Surface) -> Result<Target, TargetError> {
+    /// `release`: the catalog release the target runs, whose every-API capture says what it
+    /// can serve once turned on (`None`: only what `surface` lists).
+    fn new(label: String, surface: Surface, release: Option<&str>) -> Result<Target, TargetError> {
         let mut builtin_groups: HashSet<String> =
             surface.groups.iter().map(|g| g.name.clone()).collect();
         let mut known = HashSet::new();
         for release in catalog::releases() {
-            let other = catalog::surface(release)?;
+            let other = catalog::surface_with(release, catalog::Config::All)?;
             builtin_groups.extend(other.groups.iter().map(|g| g.name.clone()));
             known.extend(other.gvrs());
         }
         let serves: HashSet<Gvr> = surface.gvrs().collect();
+        let mut can_serve = serves.clone();
+        if let Some(release) = release {
+            can_serve.extend(catalog::surface_with(release, catalog::Config::All)?.gvrs());
+        }
         let mut preferred = HashMap::new();
         for g in &surface.groups {
             for v in &g.versions {
@@ -241,6 +293,7 @@ impl Target {
             label,
             surface,
             serves,
+            can_serve,
             preferred,
             builtin_groups,
             known,
@@ -269,17 +322,21 @@ impl Target {
             .map(String::as_str)
     }
 
-    /// Judges a requested GVR. Missing only when the target does not serve it, its group is
-    /// a built-in one, and some catalog release or running server serves it (so that what is
-    /// counted is bounded by the servers and the catalog, not by what clients make up).
+    /// Judges a requested GVR. Not fine only when the target does not serve it, its group
+    /// is a built-in one, and some catalog release or running server serves it (so that what
+    /// is counted is bounded by the servers and the catalog, not by what clients make up);
+    /// then [`Verdict::OffByDefault`] when the target's release can serve it once turned on,
+    /// else [`Verdict::Missing`].
     pub fn judge(&self, gvr: &Gvr, snap: &Snapshot) -> Verdict {
         if self.serves.contains(gvr) || !self.builtin_groups.contains(&gvr.group) {
             return Verdict::Fine;
         }
-        if self.known.contains(gvr) || snap.serving(gvr).is_some() {
-            Verdict::Missing
-        } else {
+        if !self.known.contains(gvr) && snap.serving(gvr).is_none() {
             Verdict::Fine
+        } else if self.can_serve.contains(gvr) {
+            Verdict::OffByDefault
+        } else {
+            Verdict::Missing
         }
     }
 }

@@ -7,9 +7,12 @@
 //! merges the uses per client, GVR and kind (requests summed, first and last seen widened),
 //! drops what was last seen before `--since`, and prints the result as text, JSON or CSV.
 //!
-//! Exit codes: 0 when no client would break, 1 when some client uses a GVR the target does not
-//! serve or that the upgrade removes ([`EXIT_BREAKS`]), 2 when a proxy cannot be read or judged
-//! ([`EXIT_UNREADABLE`]), which wins: a partial report is never passed off as a whole one.
+//! Exit codes: 0 when no client would break, 1 when some client uses a GVR the target cannot
+//! serve whatever its configuration or that the upgrade removes ([`EXIT_BREAKS`]), 3 when
+//! nothing breaks for sure but some client uses a GVR the target serves only when turned on
+//! ([`EXIT_UNLESS_ENABLED`]: it breaks unless the target's servers turn it on), 2 when a proxy
+//! cannot be read or judged ([`EXIT_UNREADABLE`]), which wins: a partial report is never passed
+//! off as a whole one.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -29,6 +32,9 @@ use serde::{Deserialize, Serialize};
 pub const EXIT_BREAKS: u8 = 1;
 /// Exit code when a proxy cannot be read, or was not started with the target: wins over 1.
 pub const EXIT_UNREADABLE: u8 = 2;
+/// Exit code when no client breaks for sure, but some use a GVR the target serves only once
+/// turned on.
+pub const EXIT_UNLESS_ENABLED: u8 = 3;
 /// Longest a proxy may take to answer.
 const TIMEOUT: Duration = Duration::from_secs(10);
 /// Largest `/debug/clients` read from one proxy.
@@ -140,9 +146,12 @@ pub struct ClientView {
     /// GVRs a rollback removes.
     #[serde(default)]
     pub breaks_on_rollback: Vec<UseView>,
-    /// GVRs the target does not serve.
+    /// GVRs the target cannot serve.
     #[serde(default)]
     pub breaks_on_target: Vec<UseView>,
+    /// GVRs the target serves only when turned on.
+    #[serde(default)]
+    pub breaks_unless_enabled: Vec<UseView>,
     /// GVRs answered with a deprecation warning.
     #[serde(default)]
     pub deprecated: Vec<UseView>,
@@ -162,6 +171,9 @@ pub struct UseView {
     /// The version the target serves instead.
     #[serde(default)]
     pub use_version: Option<String>,
+    /// The target's `--runtime-config` entry that turns it on.
+    #[serde(default)]
+    pub runtime_config: Option<String>,
     /// The release the deprecation warning names.
     #[serde(default)]
     pub removed_in: Option<String>,
@@ -171,8 +183,10 @@ pub struct UseView {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Kind {
-    /// The target release does not serve it.
+    /// The target release cannot serve it, whatever its configuration.
     BreaksOnTarget,
+    /// The target release serves it only when turned on.
+    BreaksUnlessEnabled,
     /// Only older releases of the running servers serve it.
     BreaksAfterUpgrade,
     /// Only the newest running release serves it.
@@ -190,6 +204,7 @@ impl Kind {
     fn as_str(self) -> &'static str {
         match self {
             Self::BreaksOnTarget => "breaks_on_target",
+            Self::BreaksUnlessEnabled => "breaks_unless_enabled",
             Self::BreaksAfterUpgrade => "breaks_after_upgrade",
             Self::BreaksOnRollback => "breaks_on_rollback",
             Self::Deprecated => "deprecated",
@@ -215,6 +230,9 @@ pub struct Row {
     /// The version the target serves instead.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub use_version: Option<String>,
+    /// The target's `--runtime-config` entry that turns it on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub runtime_config: Option<String>,
     /// The release the deprecation warning names.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub removed_in: Option<String>,
@@ -229,6 +247,8 @@ pub struct Report {
     pub proxies: Vec<String>,
     /// Whether some client would break.
     pub breaks: bool,
+    /// Whether some client would break unless the target turns an API on.
+    pub breaks_unless_enabled: bool,
     /// Every use, by client, kind and GVR.
     pub rows: Vec<Row>,
 }
@@ -241,6 +261,7 @@ pub fn merge(target: &str, views: &[(String, ProxyView)], not_before: Option<f64
         for c in &view.clients {
             let kinds = [
                 (Kind::BreaksOnTarget, &c.breaks_on_target),
+                (Kind::BreaksUnlessEnabled, &c.breaks_unless_enabled),
                 (Kind::BreaksAfterUpgrade, &c.breaks_after_upgrade),
                 (Kind::BreaksOnRollback, &c.breaks_on_rollback),
                 (Kind::Deprecated, &c.deprecated),
@@ -261,6 +282,7 @@ pub fn merge(target: &str, views: &[(String, ProxyView)], not_before: Option<f64
                             first_seen: u.first_seen,
                             last_seen: u.last_seen,
                             use_version: u.use_version.clone(),
+                            runtime_config: u.runtime_config.clone(),
                             removed_in: u.removed_in.clone(),
                         });
                 }
@@ -275,6 +297,7 @@ pub fn merge(target: &str, views: &[(String, ProxyView)], not_before: Option<f64
         target: target.to_owned(),
         proxies: views.iter().map(|(p, _)| p.clone()).collect(),
         breaks: rows.iter().any(|r| r.kind.breaks()),
+        breaks_unless_enabled: rows.iter().any(|r| r.kind == Kind::BreaksUnlessEnabled),
         rows,
     }
 }
@@ -285,9 +308,16 @@ fn time(unix: f64) -> String {
 }
 
 impl Report {
-    /// The exit code: [`EXIT_BREAKS`] when some client would break, else 0.
+    /// The exit code: [`EXIT_BREAKS`] when some client would break, else
+    /// [`EXIT_UNLESS_ENABLED`] when some would unless the target turns an API on, else 0.
     pub fn exit_code(&self) -> u8 {
-        if self.breaks { EXIT_BREAKS } else { 0 }
+        if self.breaks {
+            EXIT_BREAKS
+        } else if self.breaks_unless_enabled {
+            EXIT_UNLESS_ENABLED
+        } else {
+            0
+        }
     }
 
     /// The report for a person: per client, what breaks where, and what is deprecated.
@@ -298,6 +328,8 @@ impl Report {
             self.proxies.len(),
             if self.breaks {
                 "some clients would break"
+            } else if self.breaks_unless_enabled {
+                "some clients would break unless the target turns their APIs on"
             } else {
                 "no client would break"
             }
@@ -310,6 +342,7 @@ impl Report {
             }
             let what = match r.kind {
                 Kind::BreaksOnTarget => format!("breaks on {}", self.target),
+                Kind::BreaksUnlessEnabled => format!("breaks on {} unless on", self.target),
                 Kind::BreaksAfterUpgrade => "breaks after the upgrade".to_owned(),
                 Kind::BreaksOnRollback => "breaks on a rollback".to_owned(),
                 Kind::Deprecated => format!(
@@ -317,11 +350,12 @@ impl Report {
                     r.removed_in.as_deref().unwrap_or("unknown")
                 ),
             };
-            let hint = r
-                .use_version
-                .as_deref()
-                .map(|v| format!(" (use {v})"))
-                .unwrap_or_default();
+            let hint = match (&r.use_version, &r.runtime_config) {
+                (Some(v), Some(rc)) => format!(" (use {v}, or --runtime-config {rc})"),
+                (Some(v), None) => format!(" (use {v})"),
+                (None, Some(rc)) => format!(" (--runtime-config {rc})"),
+                (None, None) => String::new(),
+            };
             out.push_str(&format!(
                 "  {what:<28} {}{hint}  {} requests, first {}, last {}\n",
                 r.gvr,
@@ -349,6 +383,7 @@ impl Report {
             "first_seen",
             "last_seen",
             "use_version",
+            "runtime_config",
             "removed_in",
         ])?;
         for r in &self.rows {
@@ -360,6 +395,7 @@ impl Report {
                 &time(r.first_seen),
                 &time(r.last_seen),
                 r.use_version.as_deref().unwrap_or(""),
+                r.runtime_config.as_deref().unwrap_or(""),
                 r.removed_in.as_deref().unwrap_or(""),
             ])?;
         }
@@ -576,14 +612,53 @@ mod tests {
             csv.contains("\"tuner, \"\"the\"\" operator\",breaks_on_rollback,x/v1/y,1,"),
             "{csv}"
         );
-        assert!(
-            csv.starts_with(
-                "client,kind,gvr,requests,first_seen,last_seen,use_version,removed_in\n"
-            )
-        );
+        assert!(csv.starts_with(
+            "client,kind,gvr,requests,first_seen,last_seen,use_version,runtime_config,removed_in\n"
+        ));
         let json: serde_json::Value = serde_json::from_str(&r.json()).unwrap();
         assert_eq!(json["rows"][0]["use_version"], "v1");
         assert_eq!(json["breaks"], true);
+    }
+
+    /// A GVR the target serves only once turned on: its own kind, the `--runtime-config`
+    /// entry in every output, exit code 3 when nothing breaks for sure, 1 when something does.
+    #[test]
+    fn a_gvr_off_by_default_on_the_target_is_its_own_kind_and_exit_code() {
+        const C: &str = r#"{"clients": [{"client": "dra-driver",
+            "breaks_unless_enabled": [{"gvr": "resource.k8s.io/v1beta2/devicetaintrules", "requests": 4, "first_seen": 10.0, "last_seen": 20.0, "runtime_config": "resource.k8s.io/v1beta2=true"}]}]}"#;
+        let alone = merge("1.36", &[("c".to_owned(), view("1.36", C))], None);
+        assert!(!alone.breaks && alone.breaks_unless_enabled);
+        assert_eq!(alone.exit_code(), EXIT_UNLESS_ENABLED);
+        let text = alone.text();
+        assert!(
+            text.contains("would break unless the target turns their APIs on"),
+            "{text}"
+        );
+        assert!(
+            text.contains("breaks on 1.36 unless on     resource.k8s.io/v1beta2/devicetaintrules (--runtime-config resource.k8s.io/v1beta2=true)"),
+            "{text}"
+        );
+        let csv = alone.csv().unwrap();
+        assert!(
+            csv.contains("dra-driver,breaks_unless_enabled,resource.k8s.io/v1beta2/devicetaintrules,4,1970-01-01T00:00:10Z,1970-01-01T00:00:20Z,,resource.k8s.io/v1beta2=true,\n"),
+            "{csv}"
+        );
+        let json: serde_json::Value = serde_json::from_str(&alone.json()).unwrap();
+        assert_eq!(json["rows"][0]["kind"], "breaks_unless_enabled");
+        assert_eq!(
+            json["rows"][0]["runtime_config"],
+            "resource.k8s.io/v1beta2=true"
+        );
+        // with a definite break beside it, the definite one decides
+        let both = merge(
+            "1.36",
+            &[
+                ("b".to_owned(), view("1.36", B)),
+                ("c".to_owned(), view("1.36", C)),
+            ],
+            None,
+        );
+        assert_eq!(both.exit_code(), EXIT_BREAKS);
     }
 
     #[test]

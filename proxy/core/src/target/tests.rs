@@ -191,3 +191,59 @@ fn a_catalog_release_serves_what_its_server_served() {
         Some("v1")
     );
 }
+
+/// A GVR the target lacks is judged two ways: the target release cannot serve it whatever its
+/// configuration, or it can once turned on (its every-API capture lists it).
+#[test]
+fn a_missing_gvr_is_judged_by_what_the_target_can_serve_at_all() {
+    let t = Target::from_catalog("1.36").unwrap();
+    let empty = Snapshot::default();
+    // An alpha API 1.33 and 1.34 can serve, replaced by v1beta1 in 1.35: no 1.36 serves it.
+    let svm = Gvr::new(
+        "storagemigration.k8s.io",
+        "v1alpha1",
+        "storageversionmigrations",
+    );
+    assert_eq!(
+        t.judge(&svm, &empty),
+        Verdict::Missing,
+        "a built-in group, never on 1.36"
+    );
+    assert_eq!(Verdict::Missing.availability(), Some("never"));
+    // A beta API 1.36 serves only when turned on.
+    let taints = Gvr::new("resource.k8s.io", "v1beta2", "devicetaintrules");
+    assert!(!t.serves(&taints));
+    assert_eq!(t.judge(&taints, &empty), Verdict::OffByDefault);
+    assert_eq!(Verdict::OffByDefault.availability(), Some("off_by_default"));
+    assert_eq!(runtime_config(&taints), "resource.k8s.io/v1beta2=true");
+    assert_eq!(runtime_config(&Gvr::new("", "v1", "pods")), "api/v1=true");
+    // What it serves by default is fine.
+    assert_eq!(
+        t.judge(&Gvr::new("apps", "v1", "deployments"), &empty),
+        Verdict::Fine
+    );
+}
+
+#[test]
+fn a_directory_of_a_catalog_release_can_serve_what_that_release_can() {
+    // a staging 1.36 server whose saved documents list only pods and deployments
+    let dir = staging(Some(r#"{"major":"1","minor":"36","gitVersion":"v1.36.3"}"#));
+    let t = Target::from_dir(&dir.0).unwrap();
+    let empty = Snapshot::default();
+    assert_eq!(
+        t.judge(&Gvr::new("", "v1", "configmaps"), &empty),
+        Verdict::OffByDefault,
+        "1.36 serves configmaps; this server was not configured to"
+    );
+    assert_eq!(
+        t.judge(
+            &Gvr::new(
+                "storagemigration.k8s.io",
+                "v1alpha1",
+                "storageversionmigrations"
+            ),
+            &empty
+        ),
+        Verdict::Missing
+    );
+}
