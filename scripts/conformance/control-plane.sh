@@ -748,7 +748,8 @@ sleep 6
 #     turns every API on (--runtime-config=api/all=true); $NEW serves $SKEW_NEW_V instead, so
 #     no $TARGET serves $SKEW_OLD_V, whatever its runtime config;
 #   resource.k8s.io/v1alpha3/devicetaintrules: $TARGET serves it only with that group-version
-#     on (breaks_unless_enabled, with its --runtime-config entry);
+#     on (breaks_unless_enabled, with its --runtime-config entry), and $OLD answers it with a
+#     deprecation warning (deprecated);
 #   v1/componentstatuses: every release serves it and warns "v1 ComponentStatus is deprecated
 #     in v1.19+" (no release of removal named).
 # The other GVRs are ones $TARGET serves by default. `mvproxy readiness` must name exactly these
@@ -826,6 +827,7 @@ kold=$(basename "$kubectl_old") knew=$(basename "$kubectl_new")
 LC_ALL=C sort >"$CP_DIR/readiness-want.txt" <<WANT
 curl deprecated core/v1/componentstatuses
 dra-driver breaks_unless_enabled resource.k8s.io/v1alpha3/devicetaintrules
+dra-driver deprecated resource.k8s.io/v1alpha3/devicetaintrules
 inventory-sync breaks_on_target scheduling.k8s.io/$SKEW_OLD_V/workloads
 $kold breaks_on_target scheduling.k8s.io/$SKEW_OLD_V/workloads
 $knew deprecated core/v1/componentstatuses
