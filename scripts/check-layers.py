@@ -1,14 +1,17 @@
 #!/usr/bin/env python3
-"""Fails when the top-level modules of a crate import each other in a cycle.
+"""Fails when modules of one folder import each other in a cycle, at any depth.
 
 The request path of mvproxy-core reads one way (ARCHITECTURE.md): each top-level module may
-use the ones below it, never one above. This reads every `crate::` and `super::` path in the
-crate's sources (comments, strings and `#[cfg(test)]` items left out: tests may reach across),
-builds the graph between top-level modules, and prints every cycle it finds (Tarjan's strongly
-connected components). Exit 1 on a cycle, 0 otherwise.
+use the ones below it, never one above, and the same holds inside every module folder
+(`discovery/`: fetch, snapshot, refresh, ...). This reads every `crate::`, `self::` and
+`super::` path in each crate's sources (comments, strings and `#[cfg(test)]` items left out:
+tests may reach across), resolves it to the module it names, and for every module with child
+modules builds the graph between those children (an import from inside child x of something
+inside sibling y is x -> y), then prints every cycle it finds (Tarjan's strongly connected
+components). Exit 1 on a cycle, 0 otherwise.
 
-Usage: scripts/check-layers.py [SRC_DIR]   (default proxy/core/src)
-       scripts/check-layers.py --graph [SRC_DIR]   also prints the edges
+Usage: scripts/check-layers.py [SRC_DIR ...]   (default: every crate of the workspace)
+       scripts/check-layers.py --graph [SRC_DIR ...]   also prints the edges
 """
 
 import os
@@ -96,28 +99,6 @@ def strip_cfg_test(text):
     return "".join(out), test_mods
 
 
-def first_segments(group):
-    """First path segment of each entry of a `{a::b, c, d::{e, f}}` group (without braces)."""
-    entries, depth, cur = [], 0, []
-    for ch in group:
-        if ch == "{":
-            depth += 1
-        elif ch == "}":
-            depth -= 1
-        if ch == "," and depth == 0:
-            entries.append("".join(cur))
-            cur = []
-        else:
-            cur.append(ch)
-    entries.append("".join(cur))
-    segs = []
-    for e in entries:
-        m = re.match(r"\s*(" + IDENT + r")", e)
-        if m:
-            segs.append(m.group(1))
-    return segs
-
-
 def module_files(src):
     """(module path as a list of segments, file path) for each source file of the crate."""
     for root, _dirs, files in os.walk(src):
@@ -133,9 +114,47 @@ def module_files(src):
             yield parts, os.path.join(root, f)
 
 
-def edges_of(src):
+def entry_paths(group):
+    """Each entry of a `{a::b, c, d::{e, f}}` group (without braces) as segment lists."""
+    entries, depth, cur = [], 0, []
+    for ch in group:
+        if ch == "{":
+            depth += 1
+        elif ch == "}":
+            depth -= 1
+        if ch == "," and depth == 0:
+            entries.append("".join(cur))
+            cur = []
+        else:
+            cur.append(ch)
+    entries.append("".join(cur))
+    out = []
+    for e in entries:
+        e = e.strip()
+        if not e:
+            continue
+        head, _, rest = e.partition("{")
+        segs = [x for x in re.split(r"\s*::\s*", head.strip()) if x]
+        if rest:
+            for sub in entry_paths(rest.rsplit("}", 1)[0]):
+                out.append(segs + sub)
+        else:
+            out.append(segs)
+    return out
+
+
+PATH = re.compile(
+    r"\b(crate|self|super(?:\s*::\s*super)*)((?:\s*::\s*" + IDENT + r")*)\s*::\s*(\{)?"
+)
+
+
+def module_edges(src):
+    """Edges between modules of the crate, as (importing module, imported module) paths.
+
+    Every `crate::`, `self::` and `super::` path is resolved to the longest prefix that names
+    a module of the crate; `#[cfg(test)]` items and the files only they reach are left out.
+    """
     files = dict((tuple(p), f) for p, f in module_files(src))
-    # Files reached only through `#[cfg(test)] mod x;` (and what they declare) are tests.
     excluded, texts = set(), {}
     for parts, path in sorted(files.items(), key=lambda kv: len(kv[0])):
         with open(path, encoding="utf-8") as fh:
@@ -143,27 +162,58 @@ def edges_of(src):
         texts[parts] = text
         for name in test_mods:
             excluded.add(parts + (name,))
-    edges = {}
-    top_level = {p[0] for p in files if p}
+    modules = set(files)
+    edges = set()
     for parts, text in texts.items():
-        if not parts or any(parts[: i + 1] in excluded for i in range(len(parts))):
+        if any(parts[: i + 1] in excluded for i in range(len(parts))):
             continue
-        here = parts[0]
-        for m in re.finditer(r"\b(crate|super(?:\s*::\s*super)*)\s*::\s*(\{|" + IDENT + ")", text):
-            if m.group(1) != "crate":
-                # `super` of module a::b is a: each `super` drops one segment.
-                ups = m.group(1).count("super")
-                if ups < len(parts):
-                    continue  # still inside the same top-level module
-            if m.group(2) == "{":
-                end = matching_brace(text, m.start(2))
-                segs = first_segments(text[m.start(2) + 1 : end - 1])
+        for m in PATH.finditer(text):
+            kind = m.group(1)
+            if kind == "crate":
+                base = ()
+            elif kind == "self":
+                base = parts
             else:
-                segs = [m.group(2)]
-            for seg in segs:
-                if seg in top_level and seg != here:
-                    edges.setdefault(here, set()).add(seg)
-    return top_level, edges
+                ups = kind.count("super")
+                if ups > len(parts):
+                    continue
+                base = parts[: len(parts) - ups]
+            prefix = [x for x in re.split(r"\s*::\s*", m.group(2)) if x]
+            if m.group(3):
+                end = matching_brace(text, m.start(3))
+                tails = entry_paths(text[m.start(3) + 1 : end - 1])
+            else:
+                nxt = re.match(IDENT, text[m.end() :])
+                tails = [[nxt.group(0)]] if nxt else [[]]
+            for tail in tails:
+                full = tuple(base) + tuple(prefix) + tuple(tail)
+                target = max(
+                    (full[:k] for k in range(len(full) + 1) if full[:k] in modules),
+                    key=len,
+                )
+                if target != parts:
+                    edges.add((parts, target))
+    return modules, edges
+
+
+def folder_graphs(modules, edges):
+    """For each module with child modules, the graph between its children: an import from
+    anywhere inside child x of anything inside its sibling y is the edge x -> y."""
+    graphs = {}
+    for folder in modules:
+        children = {m[len(folder)] for m in modules if len(m) > len(folder) and m[: len(folder)] == folder}
+        if len(children) > 1:
+            graphs[folder] = (children, {})
+    for frm, to in edges:
+        common = 0
+        while common < min(len(frm), len(to)) and frm[common] == to[common]:
+            common += 1
+        if common == len(frm) or common == len(to):
+            continue  # a module and its own descendant or ancestor
+        folder = frm[:common]
+        if folder in graphs:
+            graphs[folder][1].setdefault(frm[common], set()).add(to[common])
+    return graphs
 
 
 def cycles(nodes, edges):
@@ -199,21 +249,31 @@ def cycles(nodes, edges):
     return out
 
 
+CRATES = ["proxy/core/src", "proxy/cli/src", "proxy/demo/src", "proxy/standin/src", "telemetry/src"]
+
+
 def main(argv):
     show = "--graph" in argv
     args = [a for a in argv if a != "--graph"]
-    src = args[0] if args else os.path.join(os.path.dirname(__file__), "..", "proxy", "core", "src")
-    nodes, edges = edges_of(src)
-    if show:
-        for v in sorted(nodes):
-            print(f"{v} -> {', '.join(sorted(edges.get(v, ()))) or '-'}")
-    found = cycles(nodes, edges)
-    for comp in found:
-        inner = {v: sorted(w for w in edges.get(v, ()) if w in comp) for v in comp}
-        print(f"check-layers: modules importing each other in a cycle: {', '.join(comp)}", file=sys.stderr)
-        for v in comp:
-            print(f"  {v} -> {', '.join(inner[v])}", file=sys.stderr)
-    return 1 if found else 0
+    root = os.path.join(os.path.dirname(__file__), "..")
+    srcs = args or [os.path.join(root, c) for c in CRATES]
+    found_any = False
+    for src in srcs:
+        modules, edges = module_edges(src)
+        graphs = folder_graphs(modules, edges)
+        for folder in sorted(graphs):
+            nodes, g = graphs[folder]
+            where = os.path.normpath(os.path.join(src, *folder))
+            if show:
+                for v in sorted(nodes):
+                    print(f"{where}: {v} -> {', '.join(sorted(g.get(v, ()))) or '-'}")
+            for comp in cycles(nodes, g):
+                found_any = True
+                inner = {v: sorted(w for w in g.get(v, ()) if w in comp) for v in comp}
+                print(f"check-layers: {where}: modules importing each other in a cycle: {', '.join(comp)}", file=sys.stderr)
+                for v in comp:
+                    print(f"  {v} -> {', '.join(inner[v])}", file=sys.stderr)
+    return 1 if found_any else 0
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ use serde::Serialize;
 use super::catalog::{ApiResource, Release};
 use super::metrics::{Scrape, SkewKey};
 use super::plan::{Expect, NODES, Phase, SegmentKind, Surfaces, node_name};
-use super::run::{Record, SegmentRun};
+use super::run::{Record, SegmentRun, percentile};
 use super::workload::{Agent, Verb, Workload};
 use mvproxy_core::discovery::side::Side;
 
@@ -783,15 +783,6 @@ fn readiness(total: &Counts) -> Readiness {
         breaks_after_upgrade: of(Side::OldOnly),
         breaks_on_rollback: of(Side::NewOnly),
     }
-}
-
-/// Nearest-rank percentile of a sorted slice.
-pub(crate) fn percentile(sorted: &[u64], q: f64) -> Option<u64> {
-    if sorted.is_empty() {
-        return None;
-    }
-    let rank = (q * sorted.len() as f64).ceil() as usize;
-    sorted.get(rank.clamp(1, sorted.len()) - 1).copied()
 }
 
 fn percentiles(sorted_us: &[u64]) -> Percentiles {

@@ -350,7 +350,7 @@ impl Live {
         let mut w = self.window();
         let mut latencies = std::mem::take(&mut w.latencies_us);
         latencies.sort_unstable();
-        let p99 = super::report::percentile(&latencies, 0.99).map_or_else(
+        let p99 = percentile(&latencies, 0.99).map_or_else(
             || "-".to_owned(),
             |us| format!("{:.1} ms", us as f64 / 1000.0),
         );
@@ -383,4 +383,13 @@ impl Live {
             w.open_line = false;
         }
     }
+}
+
+/// Nearest-rank percentile of a sorted slice.
+pub(crate) fn percentile(sorted: &[u64], q: f64) -> Option<u64> {
+    if sorted.is_empty() {
+        return None;
+    }
+    let rank = (q * sorted.len() as f64).ceil() as usize;
+    sorted.get(rank.clamp(1, sorted.len()) - 1).copied()
 }

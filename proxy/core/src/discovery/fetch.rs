@@ -18,11 +18,11 @@ use http_body_util::{BodyExt, LengthLimitError, Limited};
 use mvproxy_telemetry::metrics::values;
 
 use super::legacy::group_from_legacy;
-use super::snapshot::ServerView;
 use super::types::{
     ACCEPT_NOPEER, AGGREGATED_GROUP, AGGREGATED_KIND, ApiGroupDiscovery, ApiGroupDiscoveryList,
     ApiGroupList, ApiResourceList, ApiVersions,
 };
+use super::view::ServerView;
 use crate::discovery::side::ServerVersion;
 use crate::error::{ProxyError, TransportFailure};
 use crate::plumbing::causes;

@@ -8,6 +8,7 @@
 //!   group-versions merged the same way; [`negotiate`] reads a discovery request's `Accept`; [`types`] and
 //!   [`legacy`] are the documents themselves.
 
+pub mod failure;
 pub mod fetch;
 pub mod group_docs;
 pub mod legacy;
@@ -17,6 +18,8 @@ pub mod refresh;
 pub mod side;
 pub mod snapshot;
 pub mod types;
+pub mod view;
 
-pub use refresh::{Cache, RefreshError};
+pub use failure::RefreshError;
+pub use refresh::Cache;
 pub use snapshot::{ServerState, ServerView, Snapshot};

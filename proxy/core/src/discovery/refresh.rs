@@ -21,7 +21,8 @@ use mvproxy_telemetry::metrics::{Metrics, PeerLabels, RerouteLabels, ServerLabel
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use super::fetch::{FetchError, fetch};
+pub use super::failure::RefreshError;
+use super::fetch::fetch;
 use super::snapshot::{GroupVersion, ServerState, ServerView, Snapshot};
 use crate::error::{ProxyError, TransportFailure};
 use crate::plumbing::ServerName;
@@ -56,20 +57,6 @@ pub struct PeerSpec {
     pub url: Uri,
     /// Changes when the peer restarts (a lease's holder identity); a change triggers a refetch.
     pub generation: String,
-}
-
-/// Why a server's last refresh failed. Kept typed, with its origin, in [`ServerState`] and the
-/// snapshot; it is put in words only where it is shown: `/debug/discovery` and the cause of a
-/// `503` that names the peer.
-#[derive(Debug, thiserror::Error)]
-pub enum RefreshError {
-    /// Its discovery could not be read.
-    #[error(transparent)]
-    Fetch(#[from] FetchError),
-    /// A request forwarded to it could not reach it, or had no answer in time: it is
-    /// suspect until a probe of its discovery succeeds.
-    #[error("a request to it failed ({0}); suspect until its discovery can be read again")]
-    Request(ProxyError),
 }
 
 /// Builds the client for a peer.

@@ -1,5 +1,6 @@
 use super::*;
 use crate::classify::Gvr;
+use crate::discovery::fetch::FetchError;
 use crate::testkit::{fetch_failed, upstream, view};
 
 fn gvs(list: &[&str]) -> BTreeSet<GroupVersion> {

@@ -1,7 +1,7 @@
 //! What a snapshot answers, built from server states as the refresher builds it.
 
 use super::*;
-use crate::discovery::side::{Release, Side};
+use crate::discovery::side::{Release, ServerVersion, Side};
 use crate::testkit::{group_names, view};
 
 fn state(
