@@ -341,18 +341,7 @@ impl Snapshot {
     /// `None` until local discovery has been fetched.
     pub fn merged(&self) -> Option<(Arc<MergedApis>, bool)> {
         let local = self.local.as_ref()?;
-        if let Some(m) = self.merged.get() {
-            return Some((m.clone(), true));
-        }
-        let mut built = false;
-        let m = self
-            .merged
-            .get_or_init(|| {
-                built = true;
-                Arc::new(self.build_merged(local))
-            })
-            .clone();
-        Some((m, !built))
+        Some(once_per_snapshot(&self.merged, || self.build_merged(local)))
     }
 
     /// The merged legacy documents of single groups and group-versions
@@ -360,34 +349,25 @@ impl Snapshot {
     /// now. `None` until local discovery has been fetched.
     pub fn group_docs(&self) -> Option<(Arc<GroupDocs>, bool)> {
         let local = self.local.as_ref()?;
-        if let Some(d) = self.group_docs.get() {
-            return Some((d.clone(), true));
-        }
-        let mut built = false;
-        let d = self
-            .group_docs
-            .get_or_init(|| {
-                built = true;
-                let peers: Vec<Groups<'_>> = self
-                    .peers
-                    .iter()
-                    .filter_map(|(n, p)| {
-                        p.view.as_ref().map(|v| Groups {
-                            id: n.as_str(),
-                            core: &v.core,
-                            apis: &v.apis,
-                        })
+        Some(once_per_snapshot(&self.group_docs, || {
+            let peers: Vec<Groups<'_>> = self
+                .peers
+                .iter()
+                .filter_map(|(n, p)| {
+                    p.view.as_ref().map(|v| Groups {
+                        id: n.as_str(),
+                        core: &v.core,
+                        apis: &v.apis,
                     })
-                    .collect();
-                let own = Groups {
-                    id: self.local_name.as_str(),
-                    core: &local.core,
-                    apis: &local.apis,
-                };
-                Arc::new(GroupDocs::build(own, &peers))
-            })
-            .clone();
-        Some((d, !built))
+                })
+                .collect();
+            let own = Groups {
+                id: self.local_name.as_str(),
+                core: &local.core,
+                apis: &local.apis,
+            };
+            GroupDocs::build(own, &peers)
+        }))
     }
 
     fn build_merged(&self, local: &ServerView) -> MergedApis {
@@ -425,6 +405,22 @@ impl Snapshot {
             took: start.elapsed(),
         }
     }
+}
+
+/// What `cell` holds, built by `build` on first use, and whether it was there already (`true`,
+/// a cache hit) or built by this call.
+fn once_per_snapshot<T>(cell: &OnceLock<Arc<T>>, build: impl FnOnce() -> T) -> (Arc<T>, bool) {
+    if let Some(v) = cell.get() {
+        return (v.clone(), true);
+    }
+    let mut built = false;
+    let v = cell
+        .get_or_init(|| {
+            built = true;
+            Arc::new(build())
+        })
+        .clone();
+    (v, !built)
 }
 
 #[cfg(test)]
