@@ -49,6 +49,11 @@ if [ -z "${CONFORMANCE_NETNS:-}" ]; then
     (cd "$root" && nice -n 10 cargo build --release --locked -p mvproxy -q)
   fi
   "$root/scripts/control-plane/build.sh" "${COMPONENTS[@]}" >/dev/null
+  # The official Python client (PyPI `kubernetes`, pinned), in a venv cached like the Go builds.
+  pyk="${XDG_CACHE_HOME:-$HOME/.cache}/mvproxy/python-kubernetes-31.0.0"
+  if [ ! -x "$pyk/bin/python" ] || ! "$pyk/bin/python" -c 'import kubernetes' 2>/dev/null; then
+    rm -rf "$pyk" && python3 -m venv "$pyk" && "$pyk/bin/pip" install -q kubernetes==31.0.0 >&2
+  fi
   exec unshare --net -- env CONFORMANCE_NETNS=1 "$0" "$@"
 fi
 ip link set lo up
@@ -277,6 +282,15 @@ PY
 if per_gv; then r=PASS; else r=FAIL; fi
 record "/apis/{g}/{v} via either proxy = union of both servers' lists, every shared group-version" $r \
   "$(tail -1 "$out/per-group-version.txt") ($(grep -m2 DIFFERS "$out/per-group-version.txt" | tr '\n' ' ')per-group-version.txt)"
+
+# The official Python client's discovery (legacy only: /apis, then every /apis/{g}/{v})
+# through either proxy finds the GVRs aggregated discovery lists there.
+pyk="${XDG_CACHE_HOME:-$HOME/.cache}/mvproxy/python-kubernetes-31.0.0"
+for via in a b; do
+  mkdir -p "$CP_DIR/pyk-$via"
+  detail=$("$pyk/bin/python" "$here/python_discovery.py" "$CP_DIR/via-$via.kc" "$CP_DIR/pyk-$via" 2>&1 | tail -1) && r=PASS || r=FAIL
+  record "Python client 31.0.0 (legacy discovery) via mvproxy $via = aggregated discovery" "$r" "$detail"
+done
 
 # ---- a resource only the other release serves: create/get/list/watch/delete ----------------
 
