@@ -59,6 +59,16 @@ pub fn releases() -> impl Iterator<Item = &'static str> {
     RELEASES.iter().map(|(r, _, _)| *r)
 }
 
+/// The catalog's name of the release a `gitVersion` names: `v1.37.2` → `1.37`.
+pub fn release_of(git_version: &str) -> String {
+    git_version
+        .trim_start_matches('v')
+        .splitn(3, '.')
+        .take(2)
+        .collect::<Vec<_>>()
+        .join(".")
+}
+
 /// What `release` serves by default.
 pub fn surface(release: &str) -> Result<Surface, TargetError> {
     surface_with(release, Config::Defaults)
@@ -118,12 +128,7 @@ mod tests {
             let dir = entry.unwrap().path();
             let from_files = Target::from_dir(&dir).unwrap();
             let git = from_files.surface().git_version.clone().unwrap();
-            let release = git
-                .trim_start_matches('v')
-                .splitn(3, '.')
-                .take(2)
-                .collect::<Vec<_>>()
-                .join(".");
+            let release = release_of(&git);
             assert_eq!(
                 dir.file_name().unwrap().to_str().unwrap(),
                 format!("kube-apiserver-{}", git.trim_start_matches('v')),

@@ -252,12 +252,7 @@ impl Target {
             .unwrap_or_else(|| CUSTOM_TARGET.to_owned());
         // The release the directory's server runs, when the catalog has it: what it can serve.
         let release = surface.git_version.as_deref().and_then(|g| {
-            let minor = g
-                .trim_start_matches('v')
-                .splitn(3, '.')
-                .take(2)
-                .collect::<Vec<_>>()
-                .join(".");
+            let minor = catalog::release_of(g);
             catalog::releases().find(|r| *r == minor)
         });
         Target::new(label, surface, release)
