@@ -17,7 +17,13 @@ duration=${1:-60s}
 rate=${2:-100}
 profile=${SOAK_PROFILE:-release}
 case "$profile" in
-  release) nice -n 10 cargo build --release --locked -p mvproxy -p mvproxy-soak >&2 ;;
+  release)
+    # Each package alone: built together, cargo would resolve their features as one set,
+    # which may differ from the demo's `cargo run --release -p mvproxy` and relink the
+    # fat-LTO binary (scripts/check-release-features.py).
+    nice -n 10 cargo build --release --locked -p mvproxy >&2
+    nice -n 10 cargo build --release --locked -p mvproxy-soak >&2
+    ;;
   debug) nice -n 10 cargo build --locked -p mvproxy -p mvproxy-soak >&2 ;;
   *)
     echo "soak: SOAK_PROFILE must be release or debug, not $profile" >&2
