@@ -847,22 +847,4 @@ fn round3(x: f64) -> f64 {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn nearest_rank_percentiles() {
-        let v: Vec<u64> = (1..=100).collect();
-        assert_eq!(percentile(&v, 0.5), Some(50));
-        assert_eq!(percentile(&v, 0.99), Some(99));
-        assert_eq!(percentile(&v, 1.0), Some(100));
-        assert_eq!(percentile(&[7], 0.01), Some(7));
-        assert_eq!(percentile(&[], 0.5), None);
-    }
-
-    #[test]
-    fn the_schema_is_json() {
-        let schema: serde_json::Value = serde_json::from_str(SCHEMA).expect("schema parses");
-        assert_eq!(schema["properties"]["format"]["const"], FORMAT);
-    }
-}
+mod tests;
