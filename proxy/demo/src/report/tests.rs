@@ -6,18 +6,9 @@ use std::time::Duration;
 
 use super::*;
 use crate::client::Answer;
-use crate::plan::{self, ClusterState};
+use crate::plan::{self, ClusterState, Expect, NODES, node_name};
+use crate::run::Record;
 use crate::workload;
-
-#[test]
-fn nearest_rank_percentiles() {
-    let v: Vec<u64> = (1..=100).collect();
-    assert_eq!(percentile(&v, 0.5), Some(50));
-    assert_eq!(percentile(&v, 0.99), Some(99));
-    assert_eq!(percentile(&v, 1.0), Some(100));
-    assert_eq!(percentile(&[7], 0.01), Some(7));
-    assert_eq!(percentile(&[], 0.5), None);
-}
 
 #[test]
 fn the_schema_is_json() {
@@ -46,7 +37,14 @@ fn answer(request: &workload::Request, state: &ClusterState) -> Result<Answer, S
         }
         Expect::PeersDown => (503, None),
         Expect::TrueNotFound => (404, Some(picked)),
-        Expect::Discovery => (if request.seq % 2 == 0 { 200 } else { 304 }, None),
+        Expect::Discovery => (
+            if request.seq.is_multiple_of(2) {
+                200
+            } else {
+                304
+            },
+            None,
+        ),
     };
     Ok(Answer {
         status,
@@ -118,10 +116,11 @@ fn fixture() -> Report {
                 })
                 .collect();
             let mut metrics = scrape(&records, &workload.resources, p == 0);
-            if p == 2 && s == 0 {
-                if let Some(n) = metrics.rerouted.values_mut().next() {
-                    *n += 1;
-                }
+            if p == 2
+                && s == 0
+                && let Some(n) = metrics.rerouted.values_mut().next()
+            {
+                *n += 1;
             }
             let mut debug_skew: Vec<(String, Vec<String>)> = segment
                 .state

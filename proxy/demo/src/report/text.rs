@@ -3,7 +3,8 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use super::{Counts, NODES, Report};
+use super::{Counts, Report};
+use crate::plan::NODES;
 
 /// The report for people: a heading, the segment table, the answers, latencies, discovery,
 /// the skew, the clients on each side of it, the prediction made before the upgrade and the
