@@ -453,3 +453,6 @@ fn ms(v: Option<f64>) -> String {
 fn ms_unit(v: Option<f64>) -> String {
     v.map_or_else(|| "-".to_owned(), |v| format!("{v:.2} ms"))
 }
+
+#[cfg(test)]
+mod tests;
