@@ -24,7 +24,12 @@ case "$profile" in
     nice -n 10 cargo build --release --locked -p mvproxy >&2
     nice -n 10 cargo build --release --locked -p mvproxy-soak >&2
     ;;
-  debug) nice -n 10 cargo build --locked -p mvproxy -p mvproxy-soak >&2 ;;
+  debug)
+    # scripts/test.sh's own build command: `-p mvproxy -p mvproxy-soak` resolves fewer
+    # features than the whole workspace (whose tests enable more), so it rebuilt what
+    # test.sh had just built.
+    nice -n 10 cargo build --workspace --locked --bins >&2
+    ;;
   *)
     echo "soak: SOAK_PROFILE must be release or debug, not $profile" >&2
     exit 2
