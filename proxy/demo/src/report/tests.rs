@@ -1,6 +1,9 @@
-//! The whole report, built from one hand-made run that takes every branch of the tallies, is
-//! the text and JSON in `golden.txt` and `golden.json` to the byte: a change to how the report
-//! is counted or rendered shows up here as a diff an operator would see.
+//! The whole report of one hand-made run (lost, contradicted, rerouted, 503 and true-404
+//! requests, the skew, failed checks) is the text and JSON in `golden.txt` and `golden.json`
+//! to the byte: a change to how the report is counted or rendered shows up here as a diff an
+//! operator would see. A change meant to
+//! alter the report rewrites both files with `MVPROXY_DEMO_BLESS=1 cargo test -p mvproxy-demo`,
+//! and the diff of the two goes into the same commit.
 
 use std::time::Duration;
 
