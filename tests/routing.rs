@@ -107,6 +107,68 @@ async fn kubectl_get_of_a_peer_only_resource_is_proxied_in_one_hop() {
         metrics.contains(r#"mvproxy_rerouted_request_total{code="200",group="resource.k8s.io",version="v1alpha3",resource="podschedulingcontexts"} 1"#),
         "{metrics}"
     );
+
+    // Lists and watches per client, what shows a relist storm: kubectl's list above, then a
+    // `kubectl get` is one more list, a `kubectl get --watch` a watch.
+    let (list, watch) = kubectl_lists(&c.proxy_a).await;
+    assert_eq!((list, watch), (1, 0), "the peer-only list");
+    let (ok, _, err) = Kubectl::new(&c.proxy_a.url())
+        .run(&["get", "configmaps", "-n", "default", "-o", "name"])
+        .await;
+    assert!(ok, "{err}");
+    assert_eq!(
+        kubectl_lists(&c.proxy_a).await,
+        (2, 0),
+        "kubectl get configmaps"
+    );
+    let mut watching = Kubectl::new(&c.proxy_a.url())
+        .command(&[
+            "get",
+            "configmaps",
+            "-n",
+            "default",
+            "--watch",
+            "-o",
+            "name",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("kubectl --watch");
+    let deadline = Instant::now() + PATIENCE;
+    while !requests_for(&c.a, "configmaps")
+        .iter()
+        .any(|r| r.path_and_query.contains("watch"))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the watch never reached apiserver-a"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // counted on arrival, while the watch is still open
+    let (_, watch) = kubectl_lists(&c.proxy_a).await;
+    assert_eq!(watch, 1, "kubectl get configmaps --watch");
+    let _ = watching.kill().await;
+}
+
+/// `mvproxy_client_list_requests_total` of client `kubectl` on `proxy`'s `/metrics`: lists,
+/// watches (0 for a series not there).
+async fn kubectl_lists(proxy: &Proxy) -> (u64, u64) {
+    let text = get(&format!("{}/metrics", proxy.admin_url()), &[])
+        .await
+        .unwrap()
+        .text();
+    let count = |verb: &str| {
+        let series =
+            format!("mvproxy_client_list_requests_total{{client=\"kubectl\",verb=\"{verb}\"}} ");
+        text.lines()
+            .find_map(|l| l.strip_prefix(&series))
+            .map_or(0, |v| {
+                v.parse().unwrap_or_else(|e| panic!("{l}: {e}", l = v))
+            })
+    };
+    (count("list"), count("watch"))
 }
 
 #[tokio::test]

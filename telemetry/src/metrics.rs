@@ -5,6 +5,7 @@
 //! registry is built here and passed around in an `Arc`, never global, so a test can run
 //! several proxies in one process. Label values that say *why* are `&'static str` constants.
 
+pub mod client_lists;
 mod handles;
 
 use prometheus_client::encoding::{EncodeLabelSet, EncodeMetric, MetricEncoder};
@@ -399,6 +400,8 @@ pub struct Metrics {
     /// Requests sent to an upstream a second time (the first attempt was written and not
     /// processed), by upstream and protocol.
     pub upstream_replays: Family<ReplayLabels, Counter>,
+    /// `mvproxy_client_list_requests_total`: list and watch requests, by client and verb.
+    pub client_list_requests: Family<client_lists::ClientListLabels, Counter>,
     /// Handles of the series every request touches.
     handles: HandleCache,
 }
@@ -430,6 +433,7 @@ impl Metrics {
             target_info: Family::default(),
             deprecated_requests: Family::default(),
             upstream_replays: Family::default(),
+            client_list_requests: Family::default(),
             handles: HandleCache::default(),
         };
         let r = registry.sub_registry_with_prefix("mvproxy");
@@ -605,6 +609,7 @@ impl Metrics {
                     .get_or_create(&ReplayLabels { upstream, protocol });
             }
         }
+        client_lists::register(r, &m.client_list_requests);
         m
     }
 

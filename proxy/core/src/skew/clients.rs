@@ -1,5 +1,7 @@
 //! The clients seen using GVRs in the skew, bounded: what `/debug/clients` shows and what the
-//! `client` label of `mvproxy_skew_requests_total` may be.
+//! `client` label of `mvproxy_skew_requests_total` may be. Its names are also the `client`
+//! label of `mvproxy_client_list_requests_total` ([`Clients::name`]), so a client that only
+//! lists and watches takes a name too, and one client has one label in every family.
 //!
 //! Any client can send any `User-Agent`, so the set of names must not grow with them: the
 //! first `max` distinct clients are tracked by name, every later one is counted as
@@ -8,7 +10,7 @@
 //! `(max + 1) × skew × sides`; GVRs the target release lacks are bounded by what the catalog's
 //! releases and the servers serve (`crate::target`), deprecated ones by what the servers serve
 //! times the releases a warning can name ([`Key`]). A lock is taken only for requests so
-//! recorded, and held for a map update.
+//! recorded or named (lists and watches), and held for a map update.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -89,8 +91,36 @@ impl Clients {
     /// Records a request of `agent` about `key` at `now`; returns the `client` label it counts
     /// under, as [`Clients::record`]: one bounded set of names for every kind of use.
     pub fn record_use(&self, agent: &Agent, key: Key, now: SystemTime) -> Arc<str> {
-        let name = agent.client();
         let mut inner = self.lock();
+        let (label, entry) = self.admit(&mut inner, agent);
+        entry
+            .uses
+            .entry(key)
+            .and_modify(|u| {
+                u.requests += 1;
+                u.first_seen = u.first_seen.min(now);
+                u.last_seen = u.last_seen.max(now);
+            })
+            .or_insert(Use {
+                requests: 1,
+                first_seen: now,
+                last_seen: now,
+            });
+        label
+    }
+
+    /// The `client` label of `agent`, from the same bounded set of names as
+    /// [`Clients::record_use`], recording no use (`mvproxy_client_list_requests_total`): a
+    /// client first seen here takes a name while there is room, so the label of one client
+    /// is the same in every family.
+    pub fn name(&self, agent: &Agent) -> Arc<str> {
+        self.admit(&mut self.lock(), agent).0
+    }
+
+    /// The label of `agent` and its entry: its own while there is room for its name, else
+    /// the overflow's.
+    fn admit<'a>(&self, inner: &'a mut Inner, agent: &Agent) -> (Arc<str>, &'a mut Entry) {
+        let name = agent.client();
         let known = inner
             .named
             .get_key_value(name.as_str())
@@ -123,23 +153,10 @@ impl Clients {
                 uses: BTreeMap::new(),
             }),
         };
-        entry
-            .uses
-            .entry(key)
-            .and_modify(|u| {
-                u.requests += 1;
-                u.first_seen = u.first_seen.min(now);
-                u.last_seen = u.last_seen.max(now);
-            })
-            .or_insert(Use {
-                requests: 1,
-                first_seen: now,
-                last_seen: now,
-            });
-        label
+        (label, entry)
     }
 
-    /// Number of clients tracked by name (`other` not included).
+    /// Number of clients tracked by name (`other` not included), those only named too.
     pub fn named(&self) -> usize {
         self.lock().named.len()
     }
@@ -149,16 +166,22 @@ impl Clients {
         self.max
     }
 
-    /// Every client, in name order, `other` last; for `/debug/clients`.
+    /// Every client with a use, in name order, `other` last; for `/debug/clients`. A client
+    /// only named ([`Clients::name`]: it listed or watched, and used nothing else) has nothing
+    /// to show there.
     pub fn report(&self) -> Vec<ClientReport> {
         let inner = self.lock();
-        let mut named: Vec<(&Arc<str>, &Entry)> = inner.named.iter().collect();
+        let mut named: Vec<(&Arc<str>, &Entry)> = inner
+            .named
+            .iter()
+            .filter(|(_, e)| !e.uses.is_empty())
+            .collect();
         named.sort_by(|a, b| a.0.cmp(b.0));
         let mut out: Vec<ClientReport> = named
             .into_iter()
             .map(|(name, e)| ClientReport::of(name, e))
             .collect();
-        if let Some(other) = &inner.other {
+        if let Some(other) = inner.other.as_ref().filter(|e| !e.uses.is_empty()) {
             out.push(ClientReport::of(OTHER_CLIENT, other));
         }
         out

@@ -19,6 +19,11 @@
 //! `/debug/clients`), under the same bounded client names. And it counts per client the
 //! responses that carry kube-apiserver's deprecation warning for the API requested
 //! (`mvproxy_deprecated_requests_total`, `deprecated` in `/debug/clients`).
+//!
+//! Every list and watch is also counted per client, under the same names
+//! (`mvproxy_client_list_requests_total`): a rolling upgrade breaks every watch on the server
+//! it restarts, and this is where a relist storm would show. Other requests pay one
+//! comparison of their verb for it: no `User-Agent` read, no lock.
 
 pub mod agent;
 pub mod clients;
@@ -28,6 +33,7 @@ use std::time::SystemTime;
 
 use http::header::{HeaderName, USER_AGENT, WARNING};
 use http::{HeaderMap, HeaderValue};
+use mvproxy_telemetry::metrics::client_lists::{self, ClientListLabels};
 use mvproxy_telemetry::metrics::{
     DeprecatedLabels, Metrics, REMOVED_IN_UNKNOWN, SkewLabels, TargetLabels, TargetMissingLabels,
 };
@@ -93,8 +99,9 @@ impl SkewClients {
     }
 
     /// The request path's hook: counts a resource request whose GVR is in the skew of `snap`,
-    /// or that the target release does not serve. `headers` are the request's after identity
-    /// rewriting. Returns who sent a resource request this proxy counts, for
+    /// or that the target release does not serve, and every list and watch
+    /// (`mvproxy_client_list_requests_total`, on arrival, whatever answers it). `headers` are
+    /// the request's after identity rewriting. Returns who sent a resource request this proxy counts, for
     /// [`SkewClients::answered`].
     pub fn observe(
         &self,
@@ -113,15 +120,30 @@ impl SkewClients {
             agent: headers.get(USER_AGENT).cloned(),
             user: headers.get(&self.user_header).cloned(),
         };
+        // The one comparison every other request pays for the list and watch counter.
+        let read = client_lists::verb(req.verb);
         let side = snap.skew_side(&req.gvr);
         let target = self.target.as_deref().and_then(|t| {
             let verdict = t.judge(&req.gvr, snap);
             verdict.availability().map(|a| (t, verdict, a))
         });
-        if side.is_none() && target.is_none() {
+        if read.is_none() && side.is_none() && target.is_none() {
             return Some(requester);
         }
         let agent = requester.agent();
+        if let Some(verb) = read {
+            let client = self.clients.name(&agent);
+            self.metrics
+                .client_list_requests
+                .get_or_create(&ClientListLabels {
+                    client: client.to_string(),
+                    verb,
+                })
+                .inc();
+        }
+        if side.is_none() && target.is_none() {
+            return Some(requester);
+        }
         let now = SystemTime::now();
         if let Some(side) = side {
             let client = self.clients.record(&agent, &req.gvr, side, now);
@@ -249,6 +271,8 @@ mod tests {
     use http::Method;
     use prometheus_client::registry::Registry;
 
+    use mvproxy_telemetry::metrics::OTHER_CLIENT;
+
     use super::*;
     use crate::classify::classify;
     use crate::discovery::ServerState;
@@ -285,6 +309,66 @@ mod tests {
             .filter_map(|l| l.rsplit_once(' '))
             .map(|(s, v)| (s.to_owned(), v.to_owned()))
             .collect()
+    }
+
+    fn list_lines(registry: &Registry) -> BTreeMap<String, String> {
+        let (text, _) = mvproxy_telemetry::metrics::encode(registry, false).unwrap();
+        text.lines()
+            .filter(|l| l.starts_with("mvproxy_client_list_requests_total{"))
+            .filter_map(|l| l.rsplit_once(' '))
+            .map(|(s, v)| (s.to_owned(), v.to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn lists_and_watches_are_counted_per_client_within_the_bound_and_nothing_else() {
+        let mut registry = Registry::default();
+        let metrics = Arc::new(Metrics::register(&mut registry));
+        let r = SkewClients::new(2, metrics, HeaderName::from_static("x-remote-user"));
+        let snap = served(&[("", "v1", "configmaps")]);
+        let route = Route::Local(LocalReason::ServedLocally);
+        let cms = "/api/v1/namespaces/default/configmaps";
+        let list = classify(&Method::GET, cms, None);
+        let watch = classify(&Method::GET, cms, Some("watch=true&resourceVersion=7"));
+        let get = classify(&Method::GET, &format!("{cms}/one"), None);
+        let create = classify(&Method::POST, cms, None);
+        let observe = |info: &RequestInfo, agent: &str| {
+            r.observe(&snap, info, &route, &request(agent));
+        };
+        for info in [&list, &list, &watch, &get, &get, &create] {
+            observe(info, KUBECTL);
+        }
+        // a client that only gets takes no name: the scheduler gets the second one
+        observe(&get, "getter/v1 (linux/amd64) kubernetes/abc");
+        observe(&list, "kube-scheduler/v1.31.0 (linux/amd64) kubernetes/abc");
+        // random agents past the bound: one `other` series, however many there are
+        for i in 0..500 {
+            observe(
+                &list,
+                &format!("storm-{i}/v0.{i} (linux/amd64) kubernetes/abc"),
+            );
+        }
+        // over the peer hop: counted by the proxy that sent it, not here
+        let hop = Route::Local(LocalReason::AlreadyProxied);
+        assert!(r.observe(&snap, &list, &hop, &request(KUBECTL)).is_none());
+
+        let series = |client: &str, verb: &str| {
+            format!("mvproxy_client_list_requests_total{{client=\"{client}\",verb=\"{verb}\"}}")
+        };
+        let want: BTreeMap<String, String> = [
+            (series("kubectl", "list"), "2"),
+            (series("kubectl", "watch"), "1"),
+            (series("kube-scheduler", "list"), "1"),
+            (series(OTHER_CLIENT, "list"), "500"),
+        ]
+        .into_iter()
+        .map(|(s, v)| (s, v.to_owned()))
+        .collect();
+        assert_eq!(list_lines(&registry), want);
+        // Named, but with no use of the skew to show in /debug/clients.
+        let report = r.report(&snap);
+        assert_eq!(report["tracked_clients"], 2, "{report}");
+        assert_eq!(report["clients"], json!([]), "{report}");
     }
 
     #[test]
