@@ -9,6 +9,7 @@ mod attacks;
 mod cli;
 mod client_body;
 mod cluster;
+mod deletions;
 mod demo;
 mod discovery;
 mod discovery_agreement;

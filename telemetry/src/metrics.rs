@@ -322,6 +322,23 @@ pub struct DeprecatedLabels {
 /// `removed_in` of a deprecation warning that names no release of removal.
 pub const REMOVED_IN_UNKNOWN: &str = "unknown";
 
+/// `mvproxy_deletions_waiting_total` labels: an object a `DELETE` left pending on a finalizer
+/// that only another release's kube-controller-manager removes. `release` names the releases
+/// whose controller-manager removes it (`1.36+`); every value comes from a fixed catalog.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DeletionWaitingLabels {
+    /// The `group` label.
+    pub group: String,
+    /// The `version` label.
+    pub version: String,
+    /// The `resource` label.
+    pub resource: String,
+    /// The `finalizer` label.
+    pub finalizer: &'static str,
+    /// The `release` label.
+    pub release: String,
+}
+
 /// Exemplar labels: the trace that a latency observation came from.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct TraceLabels {
@@ -397,6 +414,8 @@ pub struct Metrics {
     pub target_info: Family<TargetLabels, Gauge>,
     /// Requests answered with a deprecation warning, by client and release of removal.
     pub deprecated_requests: Family<DeprecatedLabels, Counter>,
+    /// Objects a `DELETE` left waiting on a controller of another release, by finalizer.
+    pub deletions_waiting: Family<DeletionWaitingLabels, Counter>,
     /// Requests sent to an upstream a second time (the first attempt was written and not
     /// processed), by upstream and protocol.
     pub upstream_replays: Family<ReplayLabels, Counter>,
@@ -432,6 +451,7 @@ impl Metrics {
             target_missing_requests: Family::default(),
             target_info: Family::default(),
             deprecated_requests: Family::default(),
+            deletions_waiting: Family::default(),
             upstream_replays: Family::default(),
             client_list_requests: Family::default(),
             handles: HandleCache::default(),
@@ -596,6 +616,11 @@ impl Metrics {
             "deprecated_requests",
             "Requests an API server answered with a deprecation warning, by client, GVR as requested and the release that removes it",
             Declared(m.deprecated_requests.clone()),
+        );
+        r.register(
+            "deletions_waiting",
+            "Objects a DELETE left pending on a finalizer that only a kube-controller-manager of another release removes, by GVR, finalizer and the releases that remove it",
+            Declared(m.deletions_waiting.clone()),
         );
         r.register(
             "upstream_replays",

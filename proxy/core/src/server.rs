@@ -138,10 +138,14 @@ where
         .observe(&snap, &info, &route, req.headers());
     // The peer that answered, or failed last: after a fail-over not the one first chosen.
     let (result, peer) = respond(&app, &snap, &span, &info, &route, req).await;
-    if let (Some(requester), Ok(resp)) = (requester, &result) {
-        app.skew_clients
-            .answered(&snap, &info, requester, resp.headers());
-    }
+    let result = match (requester, result) {
+        (Some(requester), Ok(resp)) => {
+            app.skew_clients
+                .answered(&snap, &info, requester, resp.headers());
+            Ok(app.skew_clients.deleted(&snap, &info, resp))
+        }
+        (_, result) => result,
+    };
     let resp = result.unwrap_or_else(|e| {
         spans::failed(&span, &e);
         let ids = span.ids();

@@ -12,7 +12,8 @@
 //!   `Accept` (optionally legacy only, like a pre-1.26 server);
 //! - an in-memory object store for every resource its discovery lists: list, get, create,
 //!   update (PUT), delete and watch, with uids, a server-wide resourceVersion and
-//!   `creationTimestamp`, and kube's `Status` bodies for errors;
+//!   `creationTimestamp`, and kube's `Status` bodies for errors; a delete of an object with
+//!   finalizers only sets its `deletionTimestamp` (and answers with it), as kube's does;
 //! - `Upgrade` on subresources (exec, attach, portforward): `101`, then the tunnel echoes;
 //! - `/healthz`, `/readyz`, `/livez`, `/version`.
 //!

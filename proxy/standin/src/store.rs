@@ -149,7 +149,14 @@ impl Store {
             return Err(StoreError::NotFound(key.name));
         };
         keep_identity(old, &mut object);
-        Ok(self.write(&mut inner, key, object, EventType::Modified))
+        let deleting = object.pointer("/metadata/deletionTimestamp").is_some();
+        let kind = if deleting && !has_finalizers(&object) {
+            inner.objects.remove(&key);
+            EventType::Deleted
+        } else {
+            EventType::Modified
+        };
+        Ok(self.write(&mut inner, key, object, kind))
     }
 
     pub(super) fn get(
@@ -164,7 +171,9 @@ impl Store {
             .cloned()
     }
 
-    /// Removes an object, returning it with the resourceVersion of its deletion.
+    /// Removes an object, returning it with the resourceVersion of its deletion. An object
+    /// that still has finalizers is only marked, as kube-apiserver does: `deletionTimestamp`
+    /// set, kept (and returned so) until an update leaves it without finalizers.
     pub(super) fn delete(
         &self,
         target: &Target,
@@ -173,8 +182,15 @@ impl Store {
     ) -> Option<Value> {
         let key = key(target, namespace, name);
         let mut inner = self.lock();
-        let object = inner.objects.remove(&key)?;
-        Some(self.write(&mut inner, key, object, EventType::Deleted))
+        let mut object = inner.objects.remove(&key)?;
+        if !has_finalizers(&object) {
+            return Some(self.write(&mut inner, key, object, EventType::Deleted));
+        }
+        if let Some(meta) = metadata(&mut object) {
+            meta.entry("deletionTimestamp")
+                .or_insert_with(|| rfc3339(SystemTime::now()).into());
+        }
+        Some(self.write(&mut inner, key, object, EventType::Modified))
     }
 
     /// The selected objects (by namespace, then name) and the current resourceVersion.
@@ -348,9 +364,17 @@ fn normalize(
     Ok((key, object))
 }
 
-/// A replaced object keeps the uid and creationTimestamp the server gave it.
+/// Whether an object's `metadata.finalizers` names any.
+fn has_finalizers(object: &Value) -> bool {
+    object
+        .pointer("/metadata/finalizers")
+        .and_then(Value::as_array)
+        .is_some_and(|f| !f.is_empty())
+}
+
+/// A replaced object keeps the uid, creationTimestamp and deletionTimestamp the server gave it.
 fn keep_identity(old: &Value, object: &mut Value) {
-    for field in ["uid", "creationTimestamp"] {
+    for field in ["uid", "creationTimestamp", "deletionTimestamp"] {
         if let (Some(value), Some(meta)) = (old["metadata"].get(field), metadata(object)) {
             meta.insert(field.to_owned(), value.clone());
         }

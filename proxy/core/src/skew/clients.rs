@@ -324,7 +324,7 @@ impl ClientReport {
     }
 }
 
-fn unix(t: SystemTime) -> f64 {
+pub(super) fn unix(t: SystemTime) -> f64 {
     t.duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64())
 }

@@ -24,27 +24,44 @@
 //! (`mvproxy_client_list_requests_total`): a rolling upgrade breaks every watch on the server
 //! it restarts, and this is where a relist storm would show. Other requests pay one
 //! comparison of their verb for it: no `User-Agent` read, no lock.
+//!
+//! Some harm of the skew no routing undoes: an object whose finalizer only another release's
+//! kube-controller-manager removes never finishes deleting. Only `DELETE` responses of the
+//! resources the catalog names ([`finalizers`]) are looked at ([`inspect`], [`deleted`]), and
+//! the objects left waiting are counted (`mvproxy_deletions_waiting_total`) and listed with the
+//! controller-manager releases running ([`deletions`], `deletions_waiting` in `/debug/clients`).
 
 pub mod agent;
 pub mod clients;
+pub mod deleted;
+pub mod deletions;
+pub mod finalizers;
+pub mod inspect;
 
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use http::header::{HeaderName, USER_AGENT, WARNING};
-use http::{HeaderMap, HeaderValue};
+use http::header::{CONTENT_ENCODING, CONTENT_TYPE, HeaderName, USER_AGENT, WARNING};
+use http::{HeaderMap, HeaderValue, Response, StatusCode};
 use mvproxy_telemetry::metrics::client_lists::{self, ClientListLabels};
 use mvproxy_telemetry::metrics::{
-    DeprecatedLabels, Metrics, REMOVED_IN_UNKNOWN, SkewLabels, TargetLabels, TargetMissingLabels,
+    DeletionWaitingLabels, DeprecatedLabels, Metrics, REMOVED_IN_UNKNOWN, SkewLabels, TargetLabels,
+    TargetMissingLabels,
 };
 use serde_json::json;
 
-use crate::classify::RequestInfo;
+use crate::classify::{Gvr, RequestInfo};
 use crate::discovery::Snapshot;
+use crate::discovery::side::Release;
+use crate::plumbing::Body;
 use crate::route::{LocalReason, Route};
 use crate::target::warning::deprecation;
 use crate::target::{Target, Verdict};
 use clients::{Clients, Key};
+use deletions::Deletions;
+
+/// Bytes of a `DELETE` response copied at most for a look at its objects' finalizers.
+pub const MAX_INSPECTED_BYTES: usize = 1 << 20;
 
 /// Who sent a request, kept from the request to its response (two shared header values).
 #[derive(Debug)]
@@ -70,6 +87,8 @@ pub struct SkewClients {
     user_header: HeaderName,
     /// The release the upgrade heads for (`--target-release`, `--target-discovery`).
     target: Option<Arc<Target>>,
+    /// The controller-manager releases running and the deletions waiting on another one.
+    deletions: Deletions,
 }
 
 impl SkewClients {
@@ -80,6 +99,7 @@ impl SkewClients {
             metrics,
             user_header,
             target: None,
+            deletions: Deletions::default(),
         }
     }
 
@@ -120,6 +140,13 @@ impl SkewClients {
             agent: headers.get(USER_AGENT).cloned(),
             user: headers.get(&self.user_header).cloned(),
         };
+        if let Some(agent) = &requester.agent
+            && agent.as_bytes().starts_with(deletions::CONTROLLER_MANAGER)
+            && deletions::is_leader_write(req.verb, &req.gvr.resource)
+        {
+            self.deletions
+                .manager_wrote(agent.as_bytes(), SystemTime::now());
+        }
         // The one comparison every other request pays for the list and watch counter.
         let read = client_lists::verb(req.verb);
         let side = snap.skew_side(&req.gvr);
@@ -222,6 +249,83 @@ impl SkewClients {
             .inc();
     }
 
+    /// The response path's hook for a `DELETE` this proxy counts: the response of a resource
+    /// whose objects can hold a finalizer of the catalog, answered `200` or `202` in JSON or
+    /// protobuf, is forwarded as ever and looked at once it has ended
+    /// ([`inspect::Inspected`]); every other response is returned as it is.
+    pub fn deleted(
+        self: &Arc<Self>,
+        snap: &Snapshot,
+        info: &RequestInfo,
+        resp: Response<Body>,
+    ) -> Response<Body> {
+        let RequestInfo::Resource(req) = info else {
+            return resp;
+        };
+        if !matches!(req.verb, "delete" | "deletecollection")
+            || !deletions::watched(&req.gvr)
+            || !matches!(resp.status(), StatusCode::OK | StatusCode::ACCEPTED)
+            || resp.headers().contains_key(CONTENT_ENCODING)
+            || snap.serving(&req.gvr).is_none()
+        {
+            return resp;
+        }
+        let Some(format) = resp
+            .headers()
+            .get(CONTENT_TYPE)
+            .and_then(|v| deleted::Format::of(v.as_bytes()))
+        else {
+            return resp;
+        };
+        if http_body::Body::size_hint(resp.body())
+            .upper()
+            .is_some_and(|n| n > MAX_INSPECTED_BYTES as u64)
+        {
+            return resp;
+        }
+        let mut servers: Vec<Release> = snap
+            .servers
+            .iter()
+            .filter_map(|s| s.view.as_ref()?.version.as_ref()?.release)
+            .collect();
+        servers.sort();
+        servers.dedup();
+        let this = Arc::clone(self);
+        let gvr = req.gvr.clone();
+        let look: inspect::Look =
+            Box::new(move |body: &[u8]| this.look(&gvr, format, body, &servers));
+        resp.map(|body| {
+            use http_body_util::BodyExt;
+            inspect::Inspected::new(body, MAX_INSPECTED_BYTES, look).boxed()
+        })
+    }
+
+    /// Reads a `DELETE` response of `gvr` and counts the objects it left waiting.
+    fn look(&self, gvr: &Gvr, format: deleted::Format, body: &[u8], servers: &[Release]) {
+        let objects = match deleted::decode(format, body) {
+            Ok(objects) => objects,
+            Err(e) => {
+                tracing::debug!(error = %e, "a DELETE response not read");
+                return;
+            }
+        };
+        for f in self
+            .deletions
+            .deleted(gvr, &objects, servers, SystemTime::now())
+        {
+            self.metrics
+                .deletions_waiting
+                .get_or_create(&DeletionWaitingLabels {
+                    group: gvr.group.clone(),
+                    version: gvr.version.clone(),
+                    resource: gvr.resource.clone(),
+                    finalizer: f.name,
+                    release: f.releases(),
+                })
+                .inc();
+        }
+    }
+
     /// `/debug/clients`: the releases the judgement uses, and every client.
     pub fn report(&self, snap: &Snapshot) -> serde_json::Value {
         let servers: Vec<serde_json::Value> = snap
@@ -253,6 +357,7 @@ impl SkewClients {
                 use_.use_version = target.use_instead(&gvr).map(str::to_owned);
             }
         }
+        let (controller_managers, waiting) = self.deletions.report(SystemTime::now());
         json!({
             "newest_release": newest,
             "target": self.target.as_ref().map(|t| t.label()),
@@ -260,6 +365,9 @@ impl SkewClients {
             "max_tracked_clients": self.clients.max(),
             "tracked_clients": self.clients.named(),
             "clients": clients,
+            "controller_managers": controller_managers,
+            "max_deletions_waiting": deletions::MAX_WAITING,
+            "deletions_waiting": waiting,
         })
     }
 }
@@ -428,5 +536,84 @@ mod tests {
         assert_eq!(dep[0]["removed_in"], "1.25");
         assert_eq!(dep[0]["requests"], 2);
         assert_eq!(dep.as_array().map(Vec::len), Some(1));
+    }
+
+    fn delete_response(content_type: &str, body: Vec<u8>) -> Response<Body> {
+        let mut resp = Response::new(crate::plumbing::full(body));
+        resp.headers_mut()
+            .insert(CONTENT_TYPE, HeaderValue::from_str(content_type).unwrap());
+        resp
+    }
+
+    fn waiting_lines(registry: &Registry) -> Vec<String> {
+        let (text, _) = mvproxy_telemetry::metrics::encode(registry, false).unwrap();
+        text.lines()
+            .filter(|l| l.starts_with("mvproxy_deletions_waiting_total{"))
+            .map(str::to_owned)
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_podgroup_delete_answered_while_a_1_35_controller_manager_leads_is_counted() {
+        use http_body_util::BodyExt;
+        let mut registry = Registry::default();
+        let metrics = Arc::new(Metrics::register(&mut registry));
+        let r = Arc::new(SkewClients::new(
+            10,
+            metrics,
+            HeaderName::from_static("x-remote-user"),
+        ));
+        let snap = served(&[
+            ("scheduling.k8s.io", "v1alpha2", "podgroups"),
+            ("", "v1", "pods"),
+        ]);
+        let route = Route::Local(LocalReason::ServedLocally);
+        let kcm = "kube-controller-manager/v1.35.4 (linux/amd64) kubernetes/1ee4e5a/job-controller";
+        let write = classify(&Method::POST, "/api/v1/namespaces/team-a/pods", None);
+        let _ = r.observe(&snap, &write, &route, &request(kcm));
+
+        let path = "/apis/scheduling.k8s.io/v1alpha2/namespaces/team-a/podgroups/train-1";
+        let delete = classify(&Method::DELETE, path, None);
+        let body = br#"{"kind":"PodGroup","metadata":{"name":"train-1","namespace":"team-a",
+            "deletionTimestamp":"2026-12-02T14:00:00Z",
+            "finalizers":["scheduling.k8s.io/podgroup-protection"]}}"#;
+        let resp = r.deleted(
+            &snap,
+            &delete,
+            delete_response("application/json", body.to_vec()),
+        );
+        // the client gets the body unchanged
+        let got = resp.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(&got[..], &body[..]);
+        assert_eq!(
+            waiting_lines(&registry),
+            [
+                "mvproxy_deletions_waiting_total{group=\"scheduling.k8s.io\",version=\"v1alpha2\",resource=\"podgroups\",finalizer=\"scheduling.k8s.io/podgroup-protection\",release=\"1.36+\"} 1"
+            ]
+        );
+        let report = r.report(&snap);
+        let w = &report["deletions_waiting"][0];
+        assert_eq!(w["name"], "train-1", "{report}");
+        assert_eq!(w["controller_manager_releases"], json!(["1.35"]));
+        assert_eq!(report["controller_managers"][0]["release"], "1.35");
+
+        // a pod's DELETE, a YAML answer and a failed DELETE are not looked at
+        let pod = classify(&Method::DELETE, "/api/v1/namespaces/team-a/pods/p", None);
+        let _ = r.deleted(
+            &snap,
+            &pod,
+            delete_response("application/json", body.to_vec()),
+        );
+        let yaml = r.deleted(
+            &snap,
+            &delete,
+            delete_response("application/yaml", body.to_vec()),
+        );
+        let _ = yaml.into_body().collect().await.unwrap();
+        let mut gone = delete_response("application/json", b"{}".to_vec());
+        *gone.status_mut() = StatusCode::NOT_FOUND;
+        let _ = r.deleted(&snap, &delete, gone);
+        assert_eq!(waiting_lines(&registry).len(), 1);
+        assert!(waiting_lines(&registry)[0].ends_with(" 1"));
     }
 }

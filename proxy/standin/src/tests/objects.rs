@@ -99,6 +99,41 @@ async fn create_get_list_and_delete_have_kube_shapes() -> TestResult {
 }
 
 #[tokio::test]
+async fn a_delete_of_an_object_with_finalizers_marks_it_until_they_are_removed() -> TestResult {
+    let server = start("finalizers").await?;
+    let pods = format!("{}/api/v1/namespaces/default/pods", server.url());
+    let object = json!({"metadata": {"name": "held", "finalizers": ["example.com/hold"]}});
+    assert_eq!(post(&pods, &object).await?.status, StatusCode::CREATED);
+
+    let deleted = send(Method::DELETE, &format!("{pods}/held"), &[], "").await?;
+    assert_eq!(deleted.status, StatusCode::OK);
+    let deleted = deleted.json()?;
+    assert_eq!(
+        deleted["metadata"]["finalizers"],
+        json!(["example.com/hold"])
+    );
+    let stamp = deleted["metadata"]["deletionTimestamp"].clone();
+    assert!(stamp.is_string(), "{deleted}");
+    // still there, marked; a second delete keeps the first timestamp
+    let still = get(&format!("{pods}/held"), "application/json").await?;
+    assert_eq!(still.status, StatusCode::OK);
+    let again = send(Method::DELETE, &format!("{pods}/held"), &[], "")
+        .await?
+        .json()?;
+    assert_eq!(again["metadata"]["deletionTimestamp"], stamp);
+
+    // the controller's update that removes the last finalizer deletes it
+    let body = json!({"metadata": {"name": "held", "finalizers": []}}).to_string();
+    let headers = [("content-type", "application/json")];
+    let released = send(Method::PUT, &format!("{pods}/held"), &headers, &body).await?;
+    assert_eq!(released.status, StatusCode::OK);
+    let gone = get(&format!("{pods}/held"), "application/json").await?;
+    assert_eq!(gone.status, StatusCode::NOT_FOUND);
+    server.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test]
 async fn not_found_shapes_depend_on_what_is_missing() -> TestResult {
     let server = start("404").await?;
     let url = server.url();
