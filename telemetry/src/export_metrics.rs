@@ -6,11 +6,11 @@
 //! shutdown's bound ran out). So spans ended = exported + dropped (every reason) + the queue's
 //! length, exactly; the conformance pack checks that against what reached Jaeger.
 //!
-//! The export queue is process-wide (as the sampler is, `crate::trace`), so the families are
-//! read from it at each scrape rather than through handles: the registry that serves
-//! `/metrics` is built after telemetry is set up, and the families exist (at zero) whether or
-//! not an exporter is configured.
+//! The families are read from the export queue at each scrape rather than through handles:
+//! the counters are the queue's own, and the families exist (at zero) whether or not an
+//! exporter is configured.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use prometheus_client::collector::Collector;
@@ -18,6 +18,8 @@ use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric as _};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Registry;
+
+use crate::export::Exporter;
 
 /// Why a span was dropped (label `reason` of `mvproxy_spans_dropped_total`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -114,19 +116,27 @@ impl ExportStats {
 /// Declares the export families in `registry` (`mvproxy_spans_exported_total`,
 /// `mvproxy_spans_dropped_total{reason}`, `mvproxy_span_export_requests_total{outcome}`,
 /// `mvproxy_span_export_queue_length`, `mvproxy_span_export_queue_capacity`), read from the
-/// process's exporter at each scrape; all zero when spans are not exported.
-pub fn register(registry: &mut Registry) {
-    registry.register_collector(Box::new(ExportCollector));
+/// exporter at each scrape; all zero without one (spans are not exported).
+pub(crate) fn register(registry: &mut Registry, exporter: Option<Arc<Exporter>>) {
+    registry.register_collector(Box::new(ExportCollector { exporter }));
 }
 
-#[derive(Debug)]
-struct ExportCollector;
+struct ExportCollector {
+    exporter: Option<Arc<Exporter>>,
+}
+
+impl std::fmt::Debug for ExportCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExportCollector")
+            .field("exported", &self.exporter.is_some())
+            .finish()
+    }
+}
 
 impl Collector for ExportCollector {
     fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
         let zero = ExportStats::default();
-        let exporter = crate::trace::exporter();
-        let (stats, queue, capacity) = match exporter {
+        let (stats, queue, capacity) = match &self.exporter {
             Some(e) => (e.stats(), e.queue_len(), e.capacity()),
             None => (&zero, 0, 0),
         };
@@ -184,7 +194,7 @@ mod tests {
     #[test]
     fn every_family_is_declared_before_any_export() {
         let mut registry = Registry::default();
-        register(&mut registry);
+        register(&mut registry, None);
         let (text, _) = crate::metrics::encode(&registry, false).unwrap();
         for line in [
             "mvproxy_spans_exported_total 0",

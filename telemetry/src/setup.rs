@@ -26,6 +26,7 @@ use opentelemetry_sdk::trace::Sampler;
 
 use crate::export::{Batching, Exporter, Target};
 use crate::export_tls::FileVar;
+use crate::trace::Tracer;
 use tracing_subscriber::filter::EnvFilter;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
@@ -497,9 +498,16 @@ fn sampler(name: Option<String>, arg: Option<String>) -> Result<Sampler, Telemet
 #[must_use = "dropping the guard stops trace export"]
 pub struct TelemetryGuard {
     exporter: Option<Arc<Exporter>>,
+    tracer: Tracer,
 }
 
 impl TelemetryGuard {
+    /// The handle the request path starts its spans from (and `/metrics` reads the export
+    /// queue through): a clone of it is all a server needs to keep.
+    pub fn tracer(&self) -> Tracer {
+        self.tracer.clone()
+    }
+
     /// Exports what is queued and stops the exporter (also done on drop), waiting up to
     /// `OTEL_BSP_EXPORT_TIMEOUT`.
     pub fn shutdown(&mut self) {
@@ -516,7 +524,8 @@ impl Drop for TelemetryGuard {
 }
 
 /// Installs the process-wide `tracing` subscriber (log lines to stderr) and, when an exporter
-/// is configured, the sampler and exporter of the request spans.
+/// is configured, starts the export thread; the guard's [`tracer`](TelemetryGuard::tracer)
+/// samples the request spans and hands them to it.
 pub fn init(settings: &Settings) -> Result<TelemetryGuard, TelemetryError> {
     let log_filter = EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| EnvFilter::new(&settings.default_log_filter));
@@ -532,13 +541,13 @@ pub fn init(settings: &Settings) -> Result<TelemetryGuard, TelemetryError> {
         .map_err(|e| err("RUST_LOG", format!("logging already set up: {e}")))?;
     let exporter = match &settings.export {
         None => None,
-        Some(export) => {
-            let exporter = Arc::new(exporter(export, settings)?);
-            crate::trace::install(settings.sampler.clone(), exporter.clone());
-            Some(exporter)
-        }
+        Some(export) => Some(Arc::new(exporter(export, settings)?)),
     };
-    Ok(TelemetryGuard { exporter })
+    let tracer = match &exporter {
+        None => Tracer::none(),
+        Some(e) => Tracer::new(settings.sampler.clone(), e.clone()),
+    };
+    Ok(TelemetryGuard { exporter, tracer })
 }
 
 fn exporter(export: &Export, settings: &Settings) -> Result<Exporter, TelemetryError> {
