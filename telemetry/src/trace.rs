@@ -90,7 +90,7 @@ impl Tracer {
     /// `mvproxy_span_export_queue_length`, `mvproxy_span_export_queue_capacity`), read from
     /// this tracer's export queue at each scrape; all zero when spans are not exported.
     pub fn register_metrics(&self, registry: &mut prometheus_client::registry::Registry) {
-        crate::export_metrics::register(
+        crate::export::register_metrics(
             registry,
             self.pipeline.as_ref().map(|p| p.exporter.clone()),
         );
