@@ -14,7 +14,6 @@
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod export;
-mod export_tls;
 pub mod metrics;
 mod otlp;
 pub mod propagation;

@@ -19,7 +19,7 @@ use prost::Message as _;
 
 use super::stats::{DropReason, Outcome};
 use super::*;
-use crate::export_tls::{FileVar, client_config};
+use crate::setup::tls::{Ca, FileVar, client_config};
 
 /// One request as the collector saw it: the head's lines (lowercase), and the body.
 struct Seen {
@@ -553,7 +553,7 @@ fn https_with_a_client_certificate_and_without_one() {
     let mut t = target(url.clone(), HeaderMap::new());
     t.tls = Some(
         client_config(
-            Some(file("CA", &ca)),
+            Ca::File(file("CA", &ca)),
             Some((file("CERT", &cert), file("KEY", &key))),
             false,
         )
@@ -567,7 +567,7 @@ fn https_with_a_client_certificate_and_without_one() {
 
     // The same collector refuses a client without a certificate: nothing arrives.
     let mut t = target(url, HeaderMap::new());
-    t.tls = Some(client_config(Some(file("CA", &ca)), None, false).unwrap());
+    t.tls = Some(client_config(Ca::File(file("CA", &ca)), None, false).unwrap());
     t.timeout = Duration::from_millis(200);
     let exporter = Exporter::start(t, &quick(), Vec::new()).unwrap();
     exporter.push(span(4));
@@ -589,7 +589,7 @@ fn grpc_over_mutual_tls() {
     t.grpc = true;
     t.tls = Some(
         client_config(
-            Some(file("CA", &ca)),
+            Ca::File(file("CA", &ca)),
             Some((file("CERT", &cert), file("KEY", &key))),
             true,
         )
@@ -614,13 +614,13 @@ fn a_bad_client_key_names_its_variable() {
     let path = |f: &str| pki.dir.join(f).to_str().unwrap().to_owned();
     let (ca, cert) = (path("ca.crt"), path("client.crt"));
     let e = client_config(
-        Some(file("CA", &ca)),
+        Ca::File(file("CA", &ca)),
         Some((file("CERT", &cert), file("KEY", &ca))),
         false,
     )
     .unwrap_err();
     assert_eq!(e.var, "KEY", "{e}");
-    let e = client_config(Some(file("CA", &path("missing.crt"))), None, false).unwrap_err();
+    let e = client_config(Ca::File(file("CA", &path("missing.crt"))), None, false).unwrap_err();
     assert_eq!(e.var, "CA", "{e}");
 }
 
