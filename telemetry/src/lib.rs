@@ -6,14 +6,14 @@
 //! This is the only crate that depends on the OpenTelemetry SDK (its sampler, id generator,
 //! propagators and resource) and the only one that speaks OTLP ([`export`]). The proxy
 //! records spans through [`trace::RequestSpan`] (attributes as OpenTelemetry `KeyValue`s),
-//! logs with `tracing`, and metrics with the handles it gets from here, so the request path
-//! cannot reach into exporter internals.
+//! started from the [`trace::Tracer`] that [`init`]'s guard hands out and the proxy passes
+//! along with the rest of its state (nothing here is process-global but the `tracing`
+//! subscriber), logs with `tracing`, and metrics with the handles it gets from here, so the
+//! request path cannot reach into exporter internals.
 
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod export;
-pub mod export_metrics;
-mod export_tls;
 pub mod metrics;
 mod otlp;
 pub mod propagation;

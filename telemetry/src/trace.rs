@@ -22,7 +22,7 @@
 //! (`bench/PERF_NOTES.md`, sixth round).
 
 use std::borrow::Cow;
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::SystemTime;
 
 use http::HeaderMap;
@@ -39,28 +39,62 @@ use crate::export::Exporter;
 use crate::otlp::{Event, SpanRecord};
 use crate::propagation;
 
-/// The sampler and the export queue, once an exporter is configured.
+/// Where the request spans start: the sampler and the export queue when an exporter is
+/// configured ([`crate::init`] gives one, through [`TelemetryGuard::tracer`]), nothing
+/// otherwise ([`Tracer::none`], what tests and tools that export nothing pass).
+///
+/// A server keeps a clone with the rest of its state and starts each request's span from it;
+/// a clone is a reference count. Its spans reach the export queue through it even after the
+/// guard is dropped (then they are dropped and counted, as spans ended after shutdown).
+///
+/// [`TelemetryGuard::tracer`]: crate::TelemetryGuard::tracer
+#[derive(Clone, Default)]
+pub struct Tracer {
+    pipeline: Option<Arc<Pipeline>>,
+}
+
+/// The sampler and the export queue.
 struct Pipeline {
     sampler: Sampler,
     exporter: Arc<Exporter>,
 }
 
-static PIPELINE: OnceLock<Pipeline> = OnceLock::new();
-
-/// Makes `sampler` decide and `exporter` receive the request spans (once per process: the
-/// first one wins, as for the process-wide `tracing` subscriber).
-pub(crate) fn install(sampler: Sampler, exporter: Arc<Exporter>) {
-    let _ = PIPELINE.set(Pipeline { sampler, exporter });
+impl std::fmt::Debug for Tracer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tracer")
+            .field("enabled", &self.enabled())
+            .finish()
+    }
 }
 
-/// The export queue, once an exporter is configured (its counters, for `/metrics`).
-pub(crate) fn exporter() -> Option<&'static Exporter> {
-    PIPELINE.get().map(|p| &*p.exporter)
-}
+impl Tracer {
+    /// A tracer that records nothing: its spans are empty, and trace headers pass through.
+    pub fn none() -> Self {
+        Self { pipeline: None }
+    }
 
-/// Whether spans are exported at all (an exporter is configured).
-pub fn enabled() -> bool {
-    PIPELINE.get().is_some()
+    /// `sampler` decides, `exporter` receives the ended spans.
+    pub(crate) fn new(sampler: Sampler, exporter: Arc<Exporter>) -> Self {
+        Self {
+            pipeline: Some(Arc::new(Pipeline { sampler, exporter })),
+        }
+    }
+
+    /// Whether spans are exported at all (an exporter is configured).
+    pub fn enabled(&self) -> bool {
+        self.pipeline.is_some()
+    }
+
+    /// Declares the span export families in `registry` (`mvproxy_spans_exported_total`,
+    /// `mvproxy_spans_dropped_total{reason}`, `mvproxy_span_export_requests_total{outcome}`,
+    /// `mvproxy_span_export_queue_length`, `mvproxy_span_export_queue_capacity`), read from
+    /// this tracer's export queue at each scrape; all zero when spans are not exported.
+    pub fn register_metrics(&self, registry: &mut prometheus_client::registry::Registry) {
+        crate::export::register_metrics(
+            registry,
+            self.pipeline.as_ref().map(|p| p.exporter.clone()),
+        );
+    }
 }
 
 /// One span of a request, or nothing when traces are not exported. Ends on [`end`](Self::end)
@@ -81,11 +115,22 @@ enum State {
     Recording(Box<Recording>),
 }
 
-#[derive(Debug)]
 struct Recording {
     sc: SpanContext,
     parent: Context,
     record: Mutex<Option<SpanRecord>>,
+    /// Where the span goes when it ends.
+    exporter: Arc<Exporter>,
+}
+
+impl std::fmt::Debug for Recording {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Recording")
+            .field("sc", &self.sc)
+            .field("parent", &self.parent)
+            .field("record", &self.record)
+            .finish_non_exhaustive()
+    }
 }
 
 /// The ids of a span, for log lines and exemplars.
@@ -107,9 +152,14 @@ impl RequestSpan {
 
     /// The `SERVER` span of a request, child of the trace context in its `headers` (W3C
     /// `traceparent`, `tracestate`, `baggage`); an invalid or absent `traceparent` starts a new
-    /// trace. `name` is called only when the span is sampled.
-    pub fn server(headers: &HeaderMap, name: impl FnOnce() -> Cow<'static, str>) -> Self {
-        let Some(pipeline) = PIPELINE.get() else {
+    /// trace. `name` is called only when the span is sampled; without an exporter in `tracer`
+    /// the span is empty.
+    pub fn server(
+        tracer: &Tracer,
+        headers: &HeaderMap,
+        name: impl FnOnce() -> Cow<'static, str>,
+    ) -> Self {
+        let Some(pipeline) = &tracer.pipeline else {
             return Self::none();
         };
         let parent = propagation::extract(headers);
@@ -144,7 +194,8 @@ impl RequestSpan {
             result.trace_state,
         );
         let state = if sampled {
-            Self::recording(sc, parent, from, name(), SpanKind::Server)
+            let exporter = pipeline.exporter.clone();
+            Self::recording(sc, parent, from, name(), SpanKind::Server, exporter)
         } else {
             State::Unsampled { sc, parent }
         };
@@ -180,6 +231,7 @@ impl RequestSpan {
                 Some((r.sc.span_id().to_bytes(), false)),
                 name(),
                 kind,
+                r.exporter.clone(),
             ),
             State::Unsampled { sc, parent } => State::Unsampled {
                 sc: child(sc),
@@ -196,6 +248,7 @@ impl RequestSpan {
         from: Option<([u8; 8], bool)>,
         name: Cow<'static, str>,
         kind: SpanKind,
+        exporter: Arc<Exporter>,
     ) -> State {
         let start = SystemTime::now();
         let record = SpanRecord {
@@ -214,6 +267,7 @@ impl RequestSpan {
             sc,
             parent,
             record: Mutex::new(Some(record)),
+            exporter,
         }))
     }
 
@@ -267,9 +321,9 @@ impl RequestSpan {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .take();
-        if let (Some(mut record), Some(pipeline)) = (ended, PIPELINE.get()) {
+        if let Some(mut record) = ended {
             record.end = SystemTime::now();
-            pipeline.exporter.push(record);
+            r.exporter.push(record);
         }
     }
 
@@ -321,11 +375,12 @@ mod tests {
 
     #[test]
     fn without_a_tracer_a_span_is_empty_and_headers_pass_through() {
-        // No test in this crate installs a pipeline: `install` is reached only from `init`.
         let mut h = HeaderMap::new();
         let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
         h.insert("traceparent", tp.parse().unwrap());
-        let server = RequestSpan::server(&h, || unreachable!("no name without a tracer"));
+        let server = RequestSpan::server(&Tracer::none(), &h, || {
+            unreachable!("no name without a tracer")
+        });
         let client = server.client(|| unreachable!("no name without a tracer"));
         assert!(!client.is_recording());
         client.inject(&mut h);

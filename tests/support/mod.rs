@@ -139,9 +139,10 @@ impl Proxy {
             .args
             .load()
             .unwrap_or_else(|e| panic!("{args:?}: {e}"));
-        let running = mvproxy_core::app::start(&config, sockets)
-            .await
-            .unwrap_or_else(|e| panic!("start {args:?}: {e}"));
+        let running =
+            mvproxy_core::app::start(&config, sockets, mvproxy_telemetry::trace::Tracer::none())
+                .await
+                .unwrap_or_else(|e| panic!("start {args:?}: {e}"));
         Proxy {
             listen: running.listen,
             admin: running.admin,

@@ -6,6 +6,7 @@ use clap::{Parser, Subcommand};
 use mvproxy_core::config::{ConfigError, EXIT_CONFIG, LogFormat, ServeArgs};
 use mvproxy_core::target::report::ReadinessArgs;
 use mvproxy_demo::DemoArgs;
+use mvproxy_telemetry::trace::Tracer;
 
 /// `mvproxy --version`: the release and the commit it was built from (see build.rs).
 const VERSION: &str = concat!(
@@ -46,32 +47,38 @@ fn main() -> ExitCode {
                 Ok(c) => c,
                 Err(e) => return config_error(&e),
             };
-            run(config.log_format == LogFormat::Json, None, async move {
-                let sockets = match mvproxy_core::app::Sockets::bind(&config.listeners).await {
-                    Ok(s) => s,
-                    Err(e) => {
-                        eprintln!("mvproxy: {e}");
-                        return ExitCode::FAILURE;
-                    }
-                };
-                let running = match mvproxy_core::app::start(&config, sockets).await {
-                    Ok(r) => r,
-                    Err(e) => {
-                        eprintln!("mvproxy: {e}");
-                        return ExitCode::FAILURE;
-                    }
-                };
-                mvproxy_core::app::shutdown_signal().await;
-                tracing::info!("shutting down: draining in-flight requests");
-                running.shutdown().await;
-                ExitCode::SUCCESS
-            })
+            run(
+                config.log_format == LogFormat::Json,
+                None,
+                |tracer| async move {
+                    let sockets = match mvproxy_core::app::Sockets::bind(&config.listeners).await {
+                        Ok(s) => s,
+                        Err(e) => {
+                            eprintln!("mvproxy: {e}");
+                            return ExitCode::FAILURE;
+                        }
+                    };
+                    let running = match mvproxy_core::app::start(&config, sockets, tracer).await {
+                        Ok(r) => r,
+                        Err(e) => {
+                            eprintln!("mvproxy: {e}");
+                            return ExitCode::FAILURE;
+                        }
+                    };
+                    mvproxy_core::app::shutdown_signal().await;
+                    tracing::info!("shutting down: draining in-flight requests");
+                    running.shutdown().await;
+                    ExitCode::SUCCESS
+                },
+            )
         }
         // The demo's own output is the progress line and the report: proxy logs only for
         // errors unless RUST_LOG asks for more. Traces go out as in production.
-        Command::Demo(args) => run(false, Some("error"), mvproxy_demo::run(*args)),
+        Command::Demo(args) => run(false, Some("error"), |tracer| {
+            mvproxy_demo::run(*args, tracer)
+        }),
         // Its output is the report: logs only for errors unless RUST_LOG asks for more.
-        Command::Readiness(args) => run(false, Some("error"), async move {
+        Command::Readiness(args) => run(false, Some("error"), |_| async move {
             ExitCode::from(mvproxy_core::target::report::run(*args).await)
         }),
         Command::CheckConfig(args) => {
@@ -104,11 +111,11 @@ fn main() -> ExitCode {
 }
 
 /// Sets up telemetry from `OTEL_*` and `RUST_LOG` (a bad value exits 2) and a runtime, once,
-/// and runs `work` in it.
-fn run(
+/// and runs the future `work` makes in it, given the tracer request spans start from.
+fn run<F: Future<Output = ExitCode>>(
     json_logs: bool,
     default_log_filter: Option<&str>,
-    work: impl Future<Output = ExitCode>,
+    work: impl FnOnce(Tracer) -> F,
 ) -> ExitCode {
     let mut telemetry =
         match mvproxy_telemetry::Settings::from_lookup(|k| std::env::var(k).ok(), json_logs) {
@@ -151,7 +158,7 @@ fn run(
             }
         };
         tracing::debug!(runtime = ?flavor, parallelism, "runtime started");
-        let code = work.await;
+        let code = work(telemetry.tracer()).await;
         // Last, so spans of the drained requests are flushed. Flushing blocks until the export
         // thread has sent them (up to `OTEL_BSP_EXPORT_TIMEOUT`), so it runs on a blocking-pool
         // thread while this one keeps driving the runtime: on the current-thread runtime

@@ -12,6 +12,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use mvproxy_telemetry::metrics::{Metrics, values};
+use mvproxy_telemetry::trace::Tracer;
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
@@ -162,14 +163,20 @@ fn authority_with_port(url: &http::Uri) -> String {
 }
 
 /// Builds and starts everything on `sockets`; returns once it serves. The addresses in
-/// `config.listeners` are not used: `sockets` are what is served.
-pub async fn start(config: &Config, sockets: Sockets) -> Result<Running, StartError> {
+/// `config.listeners` are not used: `sockets` are what is served. Request spans start from
+/// `tracer` ([`mvproxy_telemetry::TelemetryGuard::tracer`], or [`Tracer::none`] to export
+/// none), and `/metrics` reports its export queue.
+pub async fn start(
+    config: &Config,
+    sockets: Sockets,
+    tracer: Tracer,
+) -> Result<Running, StartError> {
     tls::install_provider();
     let mut reloader = Reloader::new(config.timing.tls_reload_interval);
     let mut registry = Registry::default();
     let metrics = Arc::new(Metrics::register(&mut registry));
     let (local, new_peer) = upstreams(config, &mut reloader, &metrics)?;
-    mvproxy_telemetry::export_metrics::register(&mut registry);
+    tracer.register_metrics(&mut registry);
     let cache = Cache::new(
         local.clone(),
         new_peer,
@@ -215,6 +222,7 @@ pub async fn start(config: &Config, sockets: Sockets) -> Result<Running, StartEr
     );
     let app = Arc::new(App {
         auth,
+        tracer,
         listener: spans::ListenerAttributes::new(
             listen,
             &config.server_id,

@@ -21,7 +21,7 @@ use hyper_util::server::graceful::GracefulShutdown;
 use mvproxy_telemetry::metrics::{
     Metrics, PeerErrorLabels, RerouteLabels, TraceLabels, TypeLabels,
 };
-use mvproxy_telemetry::trace::RequestSpan;
+use mvproxy_telemetry::trace::{RequestSpan, Tracer};
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
@@ -54,6 +54,8 @@ impl<B> ClientBody for B where B: http_body::Body<Data = Bytes> + Send + Sync + 
 pub(crate) struct App {
     /// Turns a connection's client certificate into the identity headers upstreams see.
     pub auth: Authenticator,
+    /// Where request spans start, and go when they end.
+    pub tracer: Tracer,
     /// The proxy listener's address, and the server id, as server spans' attributes.
     pub listener: spans::ListenerAttributes,
     pub local: Upstream,
@@ -111,6 +113,7 @@ where
         client: conn.remote,
     };
     let span = spans::server(
+        &app.tracer,
         &method,
         req.uri(),
         &info,

@@ -16,7 +16,7 @@ use std::net::SocketAddr;
 
 use http::{Method, StatusCode, Uri, Version};
 use mvproxy_telemetry::metrics::values;
-use mvproxy_telemetry::trace::{KeyValue, RequestSpan, StringValue, Value};
+use mvproxy_telemetry::trace::{KeyValue, RequestSpan, StringValue, Tracer, Value};
 
 use crate::classify::RequestInfo;
 use crate::error::ProxyError;
@@ -122,6 +122,7 @@ pub(crate) struct Arrival {
 
 /// The `SERVER` span of a request received on `listen`, child of the client's trace context.
 pub(crate) fn server(
+    tracer: &Tracer,
     method: &Method,
     uri: &Uri,
     info: &RequestInfo,
@@ -129,7 +130,7 @@ pub(crate) fn server(
     headers: &http::HeaderMap,
     arrival: Arrival,
 ) -> RequestSpan {
-    let span = RequestSpan::server(headers, || span_name(method, info));
+    let span = RequestSpan::server(tracer, headers, || span_name(method, info));
     if span.is_recording() {
         let mut attrs = Vec::with_capacity(16);
         attrs.extend([

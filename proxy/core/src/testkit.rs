@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use http::HeaderName;
 use mvproxy_telemetry::metrics::Metrics;
+use mvproxy_telemetry::trace::Tracer;
 use prometheus_client::registry::Registry;
 
 use crate::discovery::fetch::FetchError;
@@ -149,6 +150,7 @@ impl Harness {
         ));
         let app = Arc::new(App {
             auth: Authenticator::new(None, None, HeaderNames::default()),
+            tracer: Tracer::none(),
             listener: crate::spans::ListenerAttributes::new(
                 "127.0.0.1:6443".parse().expect("addr"),
                 &"apiserver-a".into(),

@@ -40,6 +40,7 @@ use tokio_util::sync::CancellationToken;
 
 use catalog::Release;
 use mvproxy_core::config::ConfigError;
+use mvproxy_telemetry::trace::Tracer;
 use plan::{SegmentKind, Surfaces, node_name};
 use report::{Inputs, NodeInfo};
 use stack::Stack;
@@ -162,8 +163,9 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(secs))
 }
 
-/// Runs the demo; the exit code says whether it reconciled.
-pub async fn run(args: DemoArgs) -> ExitCode {
+/// Runs the demo, its proxies' request spans starting from `tracer`; the exit code says
+/// whether it reconciled.
+pub async fn run(args: DemoArgs, tracer: Tracer) -> ExitCode {
     let phases = plan::phases(args.duration);
     let surfaces = Surfaces::new();
     let workload = workload::generate(&phases, &surfaces, args.seed, args.rate);
@@ -181,6 +183,7 @@ pub async fn run(args: DemoArgs) -> ExitCode {
         &surfaces,
         (args.admin_ip, args.admin_port),
         &interrupt,
+        &tracer,
     )
     .await
     {

@@ -28,6 +28,7 @@ use mvproxy_core::app;
 use mvproxy_core::classify::Gvr;
 use mvproxy_core::config::{Listeners, ServeArgs};
 use mvproxy_standin::{self as standin, StandIn};
+use mvproxy_telemetry::trace::Tracer;
 
 /// Longest wait for every proxy to see a change.
 const CONVERGE_TIMEOUT: Duration = Duration::from_secs(20);
@@ -103,12 +104,13 @@ fn write_target() -> Result<std::path::PathBuf, DemoError> {
 impl Stack {
     /// Starts every node on `state` and waits until every proxy knows every server.
     /// `admin`: admin listeners on that address and port, `+1`, `+2`; port `None` for free
-    /// ports.
+    /// ports. The proxies' request spans start from `tracer`.
     pub(crate) async fn start(
         state: &ClusterState,
         surfaces: &Surfaces,
         admin: (Ipv4Addr, Option<u16>),
         interrupt: &CancellationToken,
+        tracer: &Tracer,
     ) -> Result<Stack, DemoError> {
         let mut nodes = Vec::new();
         for (i, node) in state.nodes.iter().enumerate() {
@@ -135,7 +137,7 @@ impl Stack {
                 return Err(e);
             }
         }
-        if let Err(e) = stack.start_proxies(admin).await {
+        if let Err(e) = stack.start_proxies(admin, tracer).await {
             stack.shutdown().await;
             return Err(e);
         }
@@ -151,6 +153,7 @@ impl Stack {
     async fn start_proxies(
         &mut self,
         (admin_ip, admin_port): (Ipv4Addr, Option<u16>),
+        tracer: &Tracer,
     ) -> Result<(), DemoError> {
         let loopback = |port: u16| SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, port));
         let mut sockets = Vec::with_capacity(NODES);
@@ -182,7 +185,7 @@ impl Stack {
                 ..ServeArgs::default()
             };
             let config = args.load()?;
-            let running = app::start(&config, bound)
+            let running = app::start(&config, bound, tracer.clone())
                 .await
                 .map_err(|source| DemoError::Start {
                     node: node_name(i),

@@ -187,7 +187,7 @@ fn a_peer_that_leaves_takes_every_series_labelled_with_it() {
 fn every_family_is_declared_at_the_first_scrape_before_any_series() {
     let mut registry = Registry::default();
     let _m = Metrics::register(&mut registry);
-    crate::export_metrics::register(&mut registry);
+    crate::trace::Tracer::none().register_metrics(&mut registry);
     for openmetrics in [false, true] {
         let (text, _) = encode(&registry, openmetrics).unwrap();
         // OpenMetrics names a counter's family without `_total`.

@@ -23,7 +23,7 @@ async fn it_serves_on_the_sockets_it_is_given_and_stops_when_asked() {
     }
     .load()
     .unwrap();
-    let running = start(&config, sockets).await.unwrap();
+    let running = start(&config, sockets, Tracer::none()).await.unwrap();
     assert_eq!((running.listen, running.admin), (proxy, admin));
 
     let healthz = async {

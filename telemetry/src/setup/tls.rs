@@ -15,20 +15,13 @@ use rustls::client::ClientConfig;
 use rustls_pki_types::pem::PemObject as _;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
-use crate::setup::TelemetryError;
+use super::{TelemetryError, err};
 
 /// A variable and the file it names.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct FileVar<'a> {
     pub(crate) var: &'static str,
     pub(crate) path: &'a str,
-}
-
-fn err(var: &'static str, why: impl Into<String>) -> TelemetryError {
-    TelemetryError {
-        var,
-        why: why.into(),
-    }
 }
 
 fn certificates(f: FileVar<'_>) -> Result<Vec<CertificateDer<'static>>, TelemetryError> {
@@ -44,28 +37,44 @@ fn certificates(f: FileVar<'_>) -> Result<Vec<CertificateDer<'static>>, Telemetr
     Ok(certs)
 }
 
+/// The certificate authority the collector's certificate is checked against.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Ca<'a> {
+    /// The CA file a variable names.
+    File(FileVar<'a>),
+    /// None named: the system's roots; `var` is the variable an error names.
+    System {
+        /// The variable that would name a CA file.
+        var: &'static str,
+    },
+}
+
 /// The client configuration for an `https://` endpoint; ALPN offers `h2` for gRPC and
 /// `http/1.1` for OTLP/HTTP.
 pub(crate) fn client_config(
-    ca: Option<FileVar<'_>>,
+    ca: Ca<'_>,
     client: Option<(FileVar<'_>, FileVar<'_>)>,
     grpc: bool,
 ) -> Result<Arc<ClientConfig>, TelemetryError> {
     let mut roots = RootCertStore::empty();
+    let ca_var = match ca {
+        Ca::File(f) => f.var,
+        Ca::System { var } => var,
+    };
     match ca {
-        Some(ca) => {
+        Ca::File(ca) => {
             for cert in certificates(ca)? {
                 roots
                     .add(cert)
                     .map_err(|e| err(ca.var, format!("{}: {e}", ca.path)))?;
             }
         }
-        None => {
+        Ca::System { var } => {
             let native = rustls_native_certs::load_native_certs();
             roots.add_parsable_certificates(native.certs);
             if roots.is_empty() {
                 return Err(err(
-                    "OTEL_EXPORTER_OTLP_CERTIFICATE",
+                    var,
                     format!(
                         "unset, and no CA certificate found in the system's store ({} error(s) reading it); name a CA file for the https:// endpoint",
                         native.errors.len()
@@ -78,7 +87,7 @@ pub(crate) fn client_config(
         rustls::crypto::aws_lc_rs::default_provider(),
     ))
     .with_safe_default_protocol_versions()
-    .map_err(|e| err("OTEL_EXPORTER_OTLP_CERTIFICATE", e.to_string()))?
+    .map_err(|e| err(ca_var, e.to_string()))?
     .with_root_certificates(roots);
     let mut config = match client {
         None => builder.with_no_client_auth(),
