@@ -164,9 +164,7 @@ async fn kubectl_lists(proxy: &Proxy) -> (u64, u64) {
             format!("mvproxy_client_list_requests_total{{client=\"kubectl\",verb=\"{verb}\"}} ");
         text.lines()
             .find_map(|l| l.strip_prefix(&series))
-            .map_or(0, |v| {
-                v.parse().unwrap_or_else(|e| panic!("{l}: {e}", l = v))
-            })
+            .map_or(0, |v| v.parse().unwrap_or_else(|e| panic!("{v}: {e}")))
     };
     (count("list"), count("watch"))
 }
