@@ -2,8 +2,9 @@
 # Builds, once, the pinned and unmodified control-plane binaries the conformance suite runs:
 # kube-apiserver v1.35.4, v1.36.3 and v1.37.2 (k8s.io/kubernetes/cmd/kube-apiserver, with
 # cmd/kube-controller-manager and cmd/kube-scheduler where the module lists them as tools, in
-# the same `go build`) and etcd v3.6.16 and v3.7.0 (go.etcd.io/etcd/server/v3/etcdmain), each
-# from the small module beside this script, whose go.mod and go.sum are committed.
+# the same `go build`), etcd v3.6.16 and v3.7.0 (go.etcd.io/etcd/server/v3/etcdmain) and KWOK
+# v0.8.0 (sigs.k8s.io/kwok/cmd/kwok), each from the small module beside this script, whose
+# go.mod and go.sum are committed.
 #
 # Binaries are cached by version under ${XDG_CACHE_HOME:-$HOME/.cache}/mvproxy/<component>-<version>/
 # together with a hash of the inputs (go.mod, go.sum, flags), so a second run only checks hashes.
@@ -43,6 +44,12 @@ for t in "${targets[@]}"; do
     etcd)
       ldflags="-s -w"
       pkgpath=.
+      ;;
+    kwok)
+      # KWOK's controller plays the kubelets of fake nodes (node Leases, pod status) with no
+      # container runtime: https://github.com/kubernetes-sigs/kwok, cmd/kwok.
+      ldflags="-s -w"
+      pkgpath=sigs.k8s.io/kwok/cmd/kwok
       ;;
     *) echo "build.sh: no recipe for $comp" >&2; exit 2 ;;
   esac
