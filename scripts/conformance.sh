@@ -11,6 +11,11 @@
 #                   image's filesystem run as the static pod (scripts/conformance/deploy.sh)
 #   peer-failures   one of two servers of a GVR killed, stopped, cut off: what clients see
 #                   through mvproxy and through upstream's proxy (scripts/conformance/peer-failures.sh)
+#   controllers     the harm a skew does to kube-controller-manager's garbage collector and
+#                   namespace controller, with no version-aware proxy, upstream's and mvproxy,
+#                   both directions, three ways to reach the API (scripts/conformance/controllers.sh)
+#   cluster         a whole control plane (controller-managers, schedulers, KWOK's kubelets)
+#                   rolled from OLD to NEW through mvproxy (scripts/conformance/cluster.sh)
 #   telemetry-pack  the observability pack live: collector, Jaeger, Prometheus, dashboards,
 #                   rules, traces, tail sampling, span export over mutual TLS across a
 #                   collector restart and outage (scripts/conformance/telemetry-pack.sh)
@@ -20,7 +25,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
-parts=(control-plane deploy peer-failures telemetry-pack)
+parts=(control-plane deploy peer-failures controllers cluster telemetry-pack)
 [ $# -gt 0 ] && parts=("$@")
 
 export CONFORMANCE_OUT=${CONFORMANCE_OUT:-$root/target/conformance}
