@@ -7,6 +7,7 @@
 
 pub mod client_lists;
 mod handles;
+pub mod undecodable;
 
 use prometheus_client::encoding::{EncodeLabelSet, EncodeMetric, MetricEncoder};
 use prometheus_client::metrics::MetricType;
@@ -421,6 +422,8 @@ pub struct Metrics {
     pub upstream_replays: Family<ReplayLabels, Counter>,
     /// `mvproxy_client_list_requests_total`: list and watch requests, by client and verb.
     pub client_list_requests: Family<client_lists::ClientListLabels, Counter>,
+    /// `mvproxy_undecodable_objects_total`: stored objects a server cannot decode.
+    pub undecodable_objects: Family<undecodable::UndecodableLabels, Counter>,
     /// Handles of the series every request touches.
     handles: HandleCache,
 }
@@ -454,6 +457,7 @@ impl Metrics {
             deletions_waiting: Family::default(),
             upstream_replays: Family::default(),
             client_list_requests: Family::default(),
+            undecodable_objects: Family::default(),
             handles: HandleCache::default(),
         };
         let r = registry.sub_registry_with_prefix("mvproxy");
@@ -635,6 +639,7 @@ impl Metrics {
             }
         }
         client_lists::register(r, &m.client_list_requests);
+        undecodable::register(r, &m.undecodable_objects);
         m
     }
 

@@ -145,6 +145,7 @@ where
         (Some(requester), Ok(resp)) => {
             app.skew_clients
                 .answered(&snap, &info, requester, resp.headers());
+            let resp = app.skew_clients.failed(&snap, &info, peer, resp);
             Ok(app.skew_clients.deleted(&snap, &info, resp))
         }
         (_, result) => result,

@@ -216,6 +216,7 @@ fn every_family_is_declared_at_the_first_scrape_before_any_series() {
             ("mvproxy_server_info", "gauge"),
             ("mvproxy_deprecated_requests_total", "counter"),
             ("mvproxy_deletions_waiting_total", "counter"),
+            ("mvproxy_undecodable_objects_total", "counter"),
             ("mvproxy_upstream_replays_total", "counter"),
             ("mvproxy_spans_dropped_total", "counter"),
         ] {

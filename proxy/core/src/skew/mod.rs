@@ -30,6 +30,9 @@
 //! resources the catalog names ([`finalizers`]) are looked at ([`inspect`], [`deleted`]), and
 //! the objects left waiting are counted (`mvproxy_deletions_waiting_total`) and listed with the
 //! controller-manager releases running ([`deletions`], `deletions_waiting` in `/debug/clients`).
+//! Nor does it undo an object one release stored at a version a server of another release
+//! cannot decode: only `500` responses are looked at for it ([`undecodable`],
+//! `mvproxy_undecodable_objects_total`, `undecodable_objects` in `/debug/clients`).
 
 pub mod agent;
 pub mod clients;
@@ -37,6 +40,7 @@ pub mod deleted;
 pub mod deletions;
 pub mod finalizers;
 pub mod inspect;
+pub mod undecodable;
 
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -44,6 +48,7 @@ use std::time::SystemTime;
 use http::header::{CONTENT_ENCODING, CONTENT_TYPE, HeaderName, USER_AGENT, WARNING};
 use http::{HeaderMap, HeaderValue, Response, StatusCode};
 use mvproxy_telemetry::metrics::client_lists::{self, ClientListLabels};
+use mvproxy_telemetry::metrics::undecodable::{UNKNOWN_RELEASE, UndecodableLabels};
 use mvproxy_telemetry::metrics::{
     DeletionWaitingLabels, DeprecatedLabels, Metrics, REMOVED_IN_UNKNOWN, SkewLabels, TargetLabels,
     TargetMissingLabels,
@@ -53,12 +58,13 @@ use serde_json::json;
 use crate::classify::{Gvr, RequestInfo};
 use crate::discovery::Snapshot;
 use crate::discovery::side::Release;
-use crate::plumbing::Body;
+use crate::plumbing::{Body, ServerName};
 use crate::route::{LocalReason, Route};
 use crate::target::warning::deprecation;
 use crate::target::{Target, Verdict};
 use clients::{Clients, Key};
 use deletions::Deletions;
+use undecodable::Undecodable;
 
 /// Bytes of a `DELETE` response copied at most for a look at its objects' finalizers.
 pub const MAX_INSPECTED_BYTES: usize = 1 << 20;
@@ -89,6 +95,8 @@ pub struct SkewClients {
     target: Option<Arc<Target>>,
     /// The controller-manager releases running and the deletions waiting on another one.
     deletions: Deletions,
+    /// Objects stored at a version a server that answered could not decode.
+    undecodable: Undecodable,
 }
 
 impl SkewClients {
@@ -100,6 +108,7 @@ impl SkewClients {
             user_header,
             target: None,
             deletions: Deletions::default(),
+            undecodable: Undecodable::default(),
         }
     }
 
@@ -300,6 +309,85 @@ impl SkewClients {
         })
     }
 
+    /// The response path's hook for a request this proxy counts, answered by the local server
+    /// (`peer` `None`) or `peer`: a `500` in JSON of a GVR some server serves, at most
+    /// [`undecodable::MAX_STATUS_BYTES`], is forwarded as ever and read once it has ended for
+    /// an object the server could not decode; every other response costs one comparison of its
+    /// status and is returned as it is.
+    pub fn failed(
+        self: &Arc<Self>,
+        snap: &Snapshot,
+        info: &RequestInfo,
+        peer: Option<&ServerName>,
+        resp: Response<Body>,
+    ) -> Response<Body> {
+        if resp.status() != StatusCode::INTERNAL_SERVER_ERROR {
+            return resp;
+        }
+        let RequestInfo::Resource(req) = info else {
+            return resp;
+        };
+        let json = resp.headers().get(CONTENT_TYPE).is_some_and(|v| {
+            v.as_bytes()
+                .get(..16)
+                .is_some_and(|t| t.eq_ignore_ascii_case(b"application/json"))
+        });
+        if !json
+            || resp.headers().contains_key(CONTENT_ENCODING)
+            || snap.serving(&req.gvr).is_none()
+            || http_body::Body::size_hint(resp.body())
+                .upper()
+                .is_some_and(|n| n > undecodable::MAX_STATUS_BYTES as u64)
+        {
+            return resp;
+        }
+        let Some(server) = snap
+            .servers
+            .iter()
+            .find(|s| peer.map_or(s.local, |p| s.name == *p))
+        else {
+            return resp;
+        };
+        let release = server
+            .view
+            .as_ref()
+            .and_then(|v| v.version.as_ref()?.release)
+            .map(|r| r.to_string());
+        let name = server.name.as_str().to_owned();
+        let this = Arc::clone(self);
+        let gvr = req.gvr.clone();
+        let look: inspect::Look = Box::new(move |body: &[u8]| {
+            this.unreadable(&gvr, body, &name, release);
+        });
+        resp.map(|body| {
+            use http_body_util::BodyExt;
+            inspect::Inspected::new(body, undecodable::MAX_STATUS_BYTES, look).boxed()
+        })
+    }
+
+    /// Reads a `500` response of `gvr` from `server` and counts the object it could not decode.
+    fn unreadable(&self, gvr: &Gvr, body: &[u8], server: &str, release: Option<String>) {
+        let found = match undecodable::parse(body) {
+            Ok(found) => found,
+            Err(skip) => {
+                tracing::trace!(?skip, "a 500 response names no undecodable object");
+                return;
+            }
+        };
+        self.metrics
+            .undecodable_objects
+            .get_or_create(&UndecodableLabels {
+                group: found.group.clone(),
+                version: found.version.clone(),
+                resource: gvr.resource.clone(),
+                server_release: release.as_deref().unwrap_or(UNKNOWN_RELEASE).to_owned(),
+            })
+            .inc();
+        let requested = format!("{}/{}/{}", gvr.group, gvr.version, gvr.resource);
+        self.undecodable
+            .note(&found, requested, server, release, SystemTime::now());
+    }
+
     /// Reads a `DELETE` response of `gvr` and counts the objects it left waiting.
     fn look(&self, gvr: &Gvr, format: deleted::Format, body: &[u8], servers: &[Release]) {
         let objects = match deleted::decode(format, body) {
@@ -368,6 +456,8 @@ impl SkewClients {
             "controller_managers": controller_managers,
             "max_deletions_waiting": deletions::MAX_WAITING,
             "deletions_waiting": waiting,
+            "max_undecodable_objects": undecodable::MAX_LISTED,
+            "undecodable_objects": self.undecodable.report(),
         })
     }
 }
