@@ -19,7 +19,8 @@
 #
 # usage: rehearsal.sh [--roll] [--hold] [--out DIR]
 #   --roll  upgrade the three nodes OLD -> NEW and check the cluster after it
-#   --hold  stay up until Ctrl-C (after the roll, with --roll); kubeconfig: $OUT/admin.kubeconfig
+#   --hold  stay up until Ctrl-C (after the roll, with --roll); kubeconfig: $OUT/admin.kubeconfig,
+#           the mvproxies' /metrics for Prometheus: $OUT/prometheus-targets.yml
 # env: OLD (1.36.3), NEW (1.37.2), CP_ETCD_VERSION (3.7.0), NODES (100), DEPLOYMENTS (10),
 #      REPLICAS (100), MVPROXY (default: a release build of this checkout), SETTLE_SECONDS (20)
 # Needs root (a UTS namespace per API server), Go (the pinned builds), haproxy and jq.
@@ -262,6 +263,14 @@ for n in 1 2 3; do start_mvproxy "$n"; done
 for n in 1 2 3; do start_controllers "$n"; done
 start_kwok
 cp_kubeconfig "$OUT/admin.kubeconfig" "https://$(ip_of 1):7443"
+# The three mvproxies' admin listeners (/metrics) as a Prometheus file_sd list: the
+# observability pack's Prometheus and dashboards show the rehearsal when it scrapes these
+# (deploy/prometheus/targets/mvproxy.yml has the same shape; a Prometheus on the host network).
+{
+  echo "- targets:"
+  for n in 1 2 3; do echo "    - $(ip_of "$n"):7543"; done
+  echo "  labels: {rehearsal: \"$OLD-to-$NEW\"}"
+} >"$OUT/prometheus-targets.yml"
 log "control plane up in $(( $(date +%s) - t0 ))s: 3 x $OLD; kubeconfig $OUT/admin.kubeconfig"
 
 make_nodes | k 1 apply -f - >/dev/null
