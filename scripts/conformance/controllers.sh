@@ -305,6 +305,9 @@ run() {
       "$out/debug-clients-$RUN.json" >/dev/null 2>&1; then
       note+="named by mvproxy: deletions_waiting in /debug/clients; "
     fi
+    if jq -e '[.undecodable_objects[]?] | length > 0' "$out/debug-clients-$RUN.json" >/dev/null 2>&1; then
+      note+="named by mvproxy: $(jq -r '.undecodable_objects[0] | "undecodable_objects in /debug/clients (\(.stored_group)/\(.stored_version) \(.kind // "") unreadable by \(.server) \(.server_release // "")")' "$out/debug-clients-$RUN.json"); "
+    fi
   fi
   printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$setup" "$dir" "$access" "$release" "${gvr%/*}" \
     "$gone" "$secs" "${conds:--}" "$orphans" "${ofin:--}" "$wrongful" "$leaks" "${note:--}" >>"$out/harm.tsv"

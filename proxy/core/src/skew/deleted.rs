@@ -184,7 +184,8 @@ mod proto {
     }
 }
 
-fn protobuf(body: &[u8]) -> Result<Vec<Deleted>, DecodeError> {
+/// The kind and the raw object of a Kubernetes protobuf body (`k8s\0`, then `runtime.Unknown`).
+pub fn unwrap_protobuf(body: &[u8]) -> Result<(String, Vec<u8>), DecodeError> {
     use prost::Message;
     let envelope = body.strip_prefix(MAGIC).ok_or(DecodeError::NoMagic)?;
     let unknown = proto::Unknown::decode(envelope)?;
@@ -192,6 +193,17 @@ fn protobuf(body: &[u8]) -> Result<Vec<Deleted>, DecodeError> {
         return Err(DecodeError::Encoded(unknown.content_encoding));
     }
     let kind = unknown.type_meta.map(|t| t.kind).unwrap_or_default();
+    Ok((kind, unknown.raw))
+}
+
+fn protobuf(body: &[u8]) -> Result<Vec<Deleted>, DecodeError> {
+    use prost::Message;
+    let (kind, raw) = unwrap_protobuf(body)?;
+    let unknown = proto::Unknown {
+        type_meta: None,
+        raw,
+        content_encoding: String::new(),
+    };
     let objects = if kind.ends_with("List") {
         proto::List::decode(&unknown.raw[..])?.items
     } else {

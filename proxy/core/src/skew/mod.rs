@@ -327,13 +327,14 @@ impl SkewClients {
         let RequestInfo::Resource(req) = info else {
             return resp;
         };
-        let json = resp.headers().get(CONTENT_TYPE).is_some_and(|v| {
-            v.as_bytes()
-                .get(..16)
-                .is_some_and(|t| t.eq_ignore_ascii_case(b"application/json"))
-        });
-        if !json
-            || resp.headers().contains_key(CONTENT_ENCODING)
+        let Some(format) = resp
+            .headers()
+            .get(CONTENT_TYPE)
+            .and_then(|v| deleted::Format::of(v.as_bytes()))
+        else {
+            return resp;
+        };
+        if resp.headers().contains_key(CONTENT_ENCODING)
             || snap.serving(&req.gvr).is_none()
             || http_body::Body::size_hint(resp.body())
                 .upper()
@@ -357,7 +358,7 @@ impl SkewClients {
         let this = Arc::clone(self);
         let gvr = req.gvr.clone();
         let look: inspect::Look = Box::new(move |body: &[u8]| {
-            this.unreadable(&gvr, body, &name, release);
+            this.unreadable(&gvr, format, body, &name, release);
         });
         resp.map(|body| {
             use http_body_util::BodyExt;
@@ -366,8 +367,15 @@ impl SkewClients {
     }
 
     /// Reads a `500` response of `gvr` from `server` and counts the object it could not decode.
-    fn unreadable(&self, gvr: &Gvr, body: &[u8], server: &str, release: Option<String>) {
-        let found = match undecodable::parse(body) {
+    fn unreadable(
+        &self,
+        gvr: &Gvr,
+        format: deleted::Format,
+        body: &[u8],
+        server: &str,
+        release: Option<String>,
+    ) {
+        let found = match undecodable::parse(format, body) {
             Ok(found) => found,
             Err(skip) => {
                 tracing::trace!(?skip, "a 500 response names no undecodable object");

@@ -20,6 +20,8 @@ use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
 
+use super::deleted::{Format, unwrap_protobuf};
+
 /// Bytes of a `500` response copied at most for a look at its Status.
 pub const MAX_STATUS_BYTES: usize = 64 << 10;
 /// Undecodable objects listed at most (the oldest is forgotten first).
@@ -70,15 +72,37 @@ struct Status<'a> {
     message: Option<std::borrow::Cow<'a, str>>,
 }
 
-/// Reads a `500` response body: the object a server said it cannot decode.
-pub fn parse(body: &[u8]) -> Result<Unreadable, Skip> {
+/// `metav1.Status` in Kubernetes protobuf: only its message (field 3, k8s.io/apimachinery
+/// pkg/apis/meta/v1/generated.proto).
+#[derive(Clone, PartialEq, prost::Message)]
+struct StatusProto {
+    #[prost(string, tag = "3")]
+    message: String,
+}
+
+/// Reads a `500` response body, JSON or Kubernetes protobuf (what client-go's typed and
+/// metadata clients ask for): the object a server said it cannot decode.
+pub fn parse(format: Format, body: &[u8]) -> Result<Unreadable, Skip> {
     if body.len() > MAX_STATUS_BYTES {
         return Err(Skip::TooLarge);
     }
-    let status: Status<'_> = serde_json::from_slice(body).map_err(|_| Skip::NotStatus)?;
-    match (status.kind.as_deref(), status.message) {
-        (Some("Status"), Some(message)) => parse_message(&message),
-        _ => Err(Skip::NotStatus),
+    match format {
+        Format::Json => {
+            let status: Status<'_> = serde_json::from_slice(body).map_err(|_| Skip::NotStatus)?;
+            match (status.kind.as_deref(), status.message) {
+                (Some("Status"), Some(message)) => parse_message(&message),
+                _ => Err(Skip::NotStatus),
+            }
+        }
+        Format::Protobuf => {
+            use prost::Message;
+            let (kind, raw) = unwrap_protobuf(body).map_err(|_| Skip::NotStatus)?;
+            if kind != "Status" {
+                return Err(Skip::NotStatus);
+            }
+            let status = StatusProto::decode(&raw[..]).map_err(|_| Skip::NotStatus)?;
+            parse_message(&status.message)
+        }
     }
 }
 

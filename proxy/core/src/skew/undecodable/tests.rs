@@ -38,11 +38,85 @@ fn podgroup() -> Unreadable {
     }
 }
 
+/// The same Status as client-go's typed and metadata clients get it: Kubernetes protobuf
+/// (`k8s\0`, `runtime.Unknown` {1: TypeMeta {1: apiVersion, 2: kind}, 2: raw}, raw a
+/// `metav1.Status` with its message at field 3), written with test-only messages.
+fn status_protobuf(kind: &str, message: &str) -> Vec<u8> {
+    use prost::Message;
+    #[derive(Clone, PartialEq, prost::Message)]
+    struct TypeMeta {
+        #[prost(string, tag = "1")]
+        api_version: String,
+        #[prost(string, tag = "2")]
+        kind: String,
+    }
+    #[derive(Clone, PartialEq, prost::Message)]
+    struct Unknown {
+        #[prost(message, optional, tag = "1")]
+        type_meta: Option<TypeMeta>,
+        #[prost(bytes = "vec", tag = "2")]
+        raw: Vec<u8>,
+    }
+    #[derive(Clone, PartialEq, prost::Message)]
+    struct Status {
+        #[prost(string, tag = "2")]
+        status: String,
+        #[prost(string, tag = "3")]
+        message: String,
+        #[prost(int32, tag = "6")]
+        code: i32,
+    }
+    let raw = Status {
+        status: "Failure".into(),
+        message: message.into(),
+        code: 500,
+    }
+    .encode_to_vec();
+    let mut out = b"k8s\0".to_vec();
+    Unknown {
+        type_meta: Some(TypeMeta {
+            api_version: "v1".into(),
+            kind: kind.into(),
+        }),
+        raw,
+    }
+    .encode(&mut out)
+    .unwrap();
+    out
+}
+
+#[test]
+fn the_message_reaches_protobuf_clients_too() {
+    assert_eq!(
+        parse(Format::Protobuf, &status_protobuf("Status", MESSAGE)),
+        Ok(podgroup())
+    );
+    assert_eq!(
+        parse(Format::Protobuf, &status_protobuf("Pod", MESSAGE)),
+        Err(Skip::NotStatus)
+    );
+    assert_eq!(
+        parse(
+            Format::Protobuf,
+            &status_protobuf("Status", "etcdserver: timeout")
+        ),
+        Err(Skip::NotUndecodable)
+    );
+    let body = status_protobuf("Status", MESSAGE);
+    for cut in 0..body.len() {
+        let _ = parse(Format::Protobuf, &body[..cut]);
+    }
+    assert_eq!(
+        parse(Format::Protobuf, &status(MESSAGE)),
+        Err(Skip::NotStatus)
+    );
+}
+
 #[test]
 fn the_message_of_1_37_names_the_key_the_stored_version_and_the_kind() {
-    assert_eq!(parse(&status(MESSAGE)), Ok(podgroup()));
+    assert_eq!(parse(Format::Json, &status(MESSAGE)), Ok(podgroup()));
     let reinit = format!("storage is (re)initializing: {MESSAGE}");
-    assert_eq!(parse(&status(&reinit)), Ok(podgroup()));
+    assert_eq!(parse(Format::Json, &status(&reinit)), Ok(podgroup()));
     // a core kind, no key named
     let core =
         r#"object not decodable: no kind "Pod" is registered for version "v9" in scheme "x""#;
@@ -53,24 +127,30 @@ fn the_message_of_1_37_names_the_key_the_stored_version_and_the_kind() {
 
 #[test]
 fn anything_else_is_skipped_without_a_panic() {
-    assert_eq!(parse(b""), Err(Skip::NotStatus));
+    assert_eq!(parse(Format::Json, b""), Err(Skip::NotStatus));
     assert_eq!(
-        parse(b"\xff\xfe{\"kind\":\"Status\"}"),
+        parse(Format::Json, b"\xff\xfe{\"kind\":\"Status\"}"),
         Err(Skip::NotStatus)
     );
-    assert_eq!(parse(b"garbage"), Err(Skip::NotStatus));
+    assert_eq!(parse(Format::Json, b"garbage"), Err(Skip::NotStatus));
     assert_eq!(
-        parse(br#"{"kind":"Pod","message":"x"}"#),
+        parse(Format::Json, br#"{"kind":"Pod","message":"x"}"#),
         Err(Skip::NotStatus)
     );
-    assert_eq!(parse(br#"{"kind":"Status"}"#), Err(Skip::NotStatus));
     assert_eq!(
-        parse(&status("etcdserver: request timed out")),
+        parse(Format::Json, br#"{"kind":"Status"}"#),
+        Err(Skip::NotStatus)
+    );
+    assert_eq!(
+        parse(Format::Json, &status("etcdserver: request timed out")),
         Err(Skip::NotUndecodable)
     );
     // truncated: the body, the message at every byte
     let body = status(MESSAGE);
-    assert_eq!(parse(&body[..body.len() / 2]), Err(Skip::NotStatus));
+    assert_eq!(
+        parse(Format::Json, &body[..body.len() / 2]),
+        Err(Skip::NotStatus)
+    );
     for end in 0..MESSAGE.len() {
         let _ = parse_message(&MESSAGE[..end]);
     }
@@ -81,13 +161,16 @@ fn anything_else_is_skipped_without_a_panic() {
     assert_eq!(parse_message(&odd), Err(Skip::NoGroupVersion));
     // huge: a body past the bound, a key past its own
     let huge = status(&"not decodable ".repeat(10_000));
-    assert_eq!(parse(&huge), Err(Skip::TooLarge));
+    assert_eq!(parse(Format::Json, &huge), Err(Skip::TooLarge));
     let long_key = MESSAGE.replace("/registry/", &format!("/registry/{}é", "k".repeat(600)));
     let got = parse_message(&long_key).unwrap();
     assert!(got.key.is_some_and(|k| k.len() <= MAX_KEY));
     // not UTF-8 inside the message (escaped as JSON allows): read, not trusted
     let odd = br#"{"kind":"Status","message":"\ud800 not decodable: no kind \"K\u00e9\" is registered for version \"g/v1\""}"#;
-    assert!(matches!(parse(odd), Ok(_) | Err(Skip::NotStatus)));
+    assert!(matches!(
+        parse(Format::Json, odd),
+        Ok(_) | Err(Skip::NotStatus)
+    ));
 }
 
 #[test]
