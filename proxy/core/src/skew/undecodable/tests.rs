@@ -284,6 +284,19 @@ async fn a_list_1_37_cannot_read_is_counted_and_listed_with_the_server() {
     assert_eq!(e["count"], 1);
     assert_eq!(report["max_undecodable_objects"], MAX_LISTED);
 
+    // a list is answered 429 with the same message while the watch cache cannot initialise
+    let reinit = status(&format!(
+        "storage is (re)initializing: failed to list: {MESSAGE}"
+    ));
+    let resp = r.failed(
+        &snap,
+        &list,
+        Some(&peer),
+        failed_response("application/json", StatusCode::TOO_MANY_REQUESTS, reinit),
+    );
+    let _ = resp.into_body().collect().await.unwrap();
+    assert_eq!(r.report(&snap)["undecodable_objects"][0]["count"], 2);
+
     // not looked at: another status, YAML, a GVR no server serves
     let made_up = classify(
         &Method::GET,
@@ -302,5 +315,5 @@ async fn a_list_1_37_cannot_read_is_counted_and_listed_with_the_server() {
         let resp = r.failed(&snap, info, None, failed_response(ct, code, body.clone()));
         let _ = resp.into_body().collect().await.unwrap();
     }
-    assert_eq!(lines(&registry), [want]);
+    assert_eq!(lines(&registry), [want.replace("} 1", "} 2")]);
 }
