@@ -321,7 +321,8 @@ run() {
       note+="named by mvproxy: deletions_waiting in /debug/clients; "
     fi
     if jq -e '[.undecodable_objects[]?] | length > 0' "$out/debug-clients-$RUN.json" >/dev/null 2>&1; then
-      note+="named by mvproxy: $(jq -r '.undecodable_objects[0] | "undecodable_objects in /debug/clients (\(.stored_group)/\(.stored_version) \(.kind // "") unreadable by \(.server) \(.server_release // "")")' "$out/debug-clients-$RUN.json"); "
+      what=$(jq -r '.undecodable_objects[0] | "\(.stored_group)/\(.stored_version) \(.kind // "") unreadable by \(.server) \(.server_release // "")"' "$out/debug-clients-$RUN.json" 2>/dev/null || echo "?")
+      note+="named by mvproxy: undecodable_objects in /debug/clients ($what); "
     fi
   fi
   printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$setup" "$dir" "$access" "$release" "${gvr%/*}" \
