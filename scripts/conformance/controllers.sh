@@ -29,7 +29,9 @@
 # upstream rows are measurements. Report: $CONFORMANCE_OUT/controllers/harm.md and harm.tsv.
 #
 # env: CONTROLLERS_SETUPS (default "none upstream mvproxy"), CONTROLLERS_DIRECTIONS ("d1 d2"),
-#      CONTROLLERS_ACCESS ("own tcp-rr http-rr"), OBJECTS (5), DEPENDENTS (10),
+#      CONTROLLERS_ACCESS ("own tcp-rr http-rr"), every combination of the three; or
+#      CONTROLLERS_RUNS, the runs themselves as SETUP:DIRECTION:ACCESS ("none:d1:own
+#      mvproxy:d1:own"), in place of the three; OBJECTS (5), DEPENDENTS (10),
 #      WRONGFUL_SECONDS (10), GC_SECONDS (30), NS_SECONDS (30)
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -44,6 +46,21 @@ conformance_pair
 SETUPS=${CONTROLLERS_SETUPS:-none upstream mvproxy}
 DIRECTIONS=${CONTROLLERS_DIRECTIONS:-d1 d2}
 ACCESS=${CONTROLLERS_ACCESS:-own tcp-rr http-rr}
+if [ -n "${CONTROLLERS_RUNS:-}" ]; then
+  RUNS=$CONTROLLERS_RUNS
+else
+  RUNS=$(for s in $SETUPS; do for d in $DIRECTIONS; do for a in $ACCESS; do echo "$s:$d:$a"; done; done; done)
+fi
+for r in $RUNS; do
+  IFS=: read -r s d a <<<"$r"
+  case " none upstream mvproxy " in *" $s "*) ;; *) bad=1 ;; esac
+  case " d1 d2 " in *" $d "*) ;; *) bad=1 ;; esac
+  case " own tcp-rr http-rr " in *" $a "*) ;; *) bad=1 ;; esac
+  if [ -n "${bad:-}" ]; then
+    record "controllers runs" FAIL "CONTROLLERS_RUNS: '$r' is not SETUP:DIRECTION:ACCESS with SETUP none, upstream or mvproxy, DIRECTION d1 or d2, ACCESS own, tcp-rr or http-rr"
+    exit 1
+  fi
+done
 OBJECTS=${OBJECTS:-5}
 DEPENDENTS=${DEPENDENTS:-10}
 WRONGFUL_SECONDS=${WRONGFUL_SECONDS:-10}
@@ -359,16 +376,14 @@ mvp_start mvproxy-a "$MA_IP" "$A_IP" --server-id apiserver-a --peer "apiserver-b
 mvp_start mvproxy-b "$MB_IP" "$B_IP" --server-id apiserver-b --peer "apiserver-a=https://$MA_IP:7443"
 mvp_ready "$MA_IP" && mvp_ready "$MB_IP" || record "mvproxy A' and B' ready" FAIL "see logs/mvproxy-*.log"
 
-for setup in $SETUPS; do
-  [ "$setup" = upstream ] && continue
-  for dir in $DIRECTIONS; do
-    for access in $ACCESS; do run "$setup" "$dir" "$access"; done
-  done
+for r in $RUNS; do
+  IFS=: read -r setup dir access <<<"$r"
+  [ "$setup" = upstream ] || run "$setup" "$dir" "$access"
 done
 
 # ---- control plane 2: upstream's Mixed Version Proxy on in both API servers -----------------
 
-if [[ " $SETUPS " == *" upstream "* ]]; then
+if [[ " $(echo $RUNS) " == *" upstream:"* ]]; then
   cp_stop mvproxy-a
   cp_stop mvproxy-b
   cp_stop apiserver-a
@@ -379,8 +394,9 @@ if [[ " $SETUPS " == *" upstream "* ]]; then
   cp_wait_ready apiserver-b "$B_IP" 180
   # Each server must have found the other (its identity Lease) before it can proxy to it.
   sleep 10
-  for dir in $DIRECTIONS; do
-    for access in $ACCESS; do run upstream "$dir" "$access"; done
+  for r in $RUNS; do
+    IFS=: read -r setup dir access <<<"$r"
+    [ "$setup" != upstream ] || run upstream "$dir" "$access"
   done
 fi
 
