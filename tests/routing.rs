@@ -149,7 +149,35 @@ async fn kubectl_get_of_a_peer_only_resource_is_proxied_in_one_hop() {
     // counted on arrival, while the watch is still open
     let (_, watch) = kubectl_lists(&c.proxy_a).await;
     assert_eq!(watch, 1, "kubectl get configmaps --watch");
+    // held open from its answer until the client goes away
+    until_watches_open(&c.proxy_a, 1).await;
     let _ = watching.kill().await;
+    until_watches_open(&c.proxy_a, 0).await;
+}
+
+/// Waits (at most `PATIENCE`) until `mvproxy_client_watches_open` of client `kubectl` on
+/// `proxy`'s `/metrics` reads `want`.
+async fn until_watches_open(proxy: &Proxy, want: u64) {
+    let series = "mvproxy_client_watches_open{client=\"kubectl\"} ";
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let text = get(&format!("{}/metrics", proxy.admin_url()), &[])
+            .await
+            .unwrap()
+            .text();
+        let open = text
+            .lines()
+            .find_map(|l| l.strip_prefix(series))
+            .map_or(0, |v| v.parse().unwrap_or_else(|e| panic!("{v}: {e}")));
+        if open == want {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "kubectl's watches open: {open}, want {want}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// `mvproxy_client_list_requests_total` of client `kubectl` on `proxy`'s `/metrics`: lists,

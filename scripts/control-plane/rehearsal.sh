@@ -15,7 +15,7 @@
 #   no object lost or duplicated (counts per resource before and after, read from each
 #   release); the controller-manager and scheduler leader Leases held; no relist storm (LIST
 #   requests per client from mvproxy's mvproxy_client_list_requests_total, before, during and
-#   after); mvproxy's cost (CPU seconds per second, RSS) under that load.
+#   after); mvproxy's cost (CPU seconds per second, RSS, watches held open) under that load.
 #
 # usage: rehearsal.sh [--roll] [--hold] [--out DIR]
 #   --roll  upgrade the three nodes OLD -> NEW and check the cluster after it
@@ -244,12 +244,15 @@ lists() {
       match($0, /verb="[^"]*"/); v = substr($0, RSTART + 6, RLENGTH - 7)
       s[c "\t" v] += $NF } END { for (k in s) print k "\t" s[k] }' | sort
 }
-# cost: per mvproxy, CPU seconds (user + system) and RSS in KiB.
+# cost: per mvproxy, CPU seconds (user + system), RSS in KiB and the watches it holds open
+# (mvproxy_client_watches_open, summed over its clients).
 cost() {
-  local n pid
+  local n pid watches
   for n in 1 2 3; do
     pid=$(cp_pid "mvproxy-$n")
-    echo "mvproxy-$n $(awk '{print ($14 + $15) / 100}' "/proc/$pid/stat" 2>/dev/null || echo 0) $(cp_rss_kib "mvproxy-$n")"
+    watches=$(curl -s --max-time 5 "http://$(ip_of "$n"):7543/metrics" |
+      awk '/^mvproxy_client_watches_open\{/ {s += $NF} END {print s + 0}')
+    echo "mvproxy-$n $(awk '{print ($14 + $15) / 100}' "/proc/$pid/stat" 2>/dev/null || echo 0) $(cp_rss_kib "mvproxy-$n") $watches"
   done
 }
 
@@ -359,12 +362,12 @@ if [ "$roll" = 1 ]; then
     done
     echo
     secs=$((tc1 - tc0))
-    echo "mvproxy's cost over the roll ($secs s): CPU seconds per second and resident memory at the end:"
+    echo "mvproxy's cost over the roll ($secs s): CPU seconds per second, resident memory and watches held open, before and after:"
     echo
-    echo "| proxy | CPU s/s during the roll | RSS before (MiB) | RSS after (MiB) |"
-    echo "| --- | --- | --- | --- |"
+    echo "| proxy | CPU s/s during the roll | RSS before (MiB) | RSS after (MiB) | watches open before | watches open after |"
+    echo "| --- | --- | --- | --- | --- | --- |"
     join <(sort "$OUT/cost-0.txt") <(sort "$OUT/cost-after.txt") |
-      awk -v s="$secs" '{printf "| %s | %.3f | %.1f | %.1f |\n", $1, ($4 - $2) / s, $3 / 1024, $5 / 1024}'
+      awk -v s="$secs" '{printf "| %s | %.3f | %.1f | %.1f | %d | %d |\n", $1, ($5 - $2) / s, $3 / 1024, $6 / 1024, $4, $7}'
   } >"$OUT/report.md"
   cat "$OUT/report.md" >&2
 fi

@@ -420,8 +420,8 @@ pub struct Metrics {
     /// Requests sent to an upstream a second time (the first attempt was written and not
     /// processed), by upstream and protocol.
     pub upstream_replays: Family<ReplayLabels, Counter>,
-    /// `mvproxy_client_list_requests_total`: list and watch requests, by client and verb.
-    pub client_list_requests: Family<client_lists::ClientListLabels, Counter>,
+    /// Lists and watches received and watches open, by client (`mvproxy_client_*`).
+    pub client_reads: client_lists::ClientReads,
     /// `mvproxy_undecodable_objects_total`: stored objects a server cannot decode.
     pub undecodable_objects: Family<undecodable::UndecodableLabels, Counter>,
     /// Handles of the series every request touches.
@@ -456,7 +456,7 @@ impl Metrics {
             deprecated_requests: Family::default(),
             deletions_waiting: Family::default(),
             upstream_replays: Family::default(),
-            client_list_requests: Family::default(),
+            client_reads: client_lists::ClientReads::default(),
             undecodable_objects: Family::default(),
             handles: HandleCache::default(),
         };
@@ -638,7 +638,7 @@ impl Metrics {
                     .get_or_create(&ReplayLabels { upstream, protocol });
             }
         }
-        client_lists::register(r, &m.client_list_requests);
+        client_lists::register(r, &m.client_reads);
         undecodable::register(r, &m.undecodable_objects);
         m
     }

@@ -64,6 +64,20 @@ pub(crate) fn view(gvrs: &[(&str, &str, &str)]) -> Arc<ServerView> {
     Arc::new(ServerView::new(core, apis, None))
 }
 
+/// A snapshot of one local server, up, serving `gvrs` as [`view`] takes them.
+pub(crate) fn snapshot(gvrs: &[(&str, &str, &str)]) -> crate::discovery::Snapshot {
+    let mut s = crate::discovery::ServerState::new("a".into(), "http://a".into(), true);
+    s.attempted = true;
+    s.up = true;
+    s.view = Some(view(gvrs));
+    crate::discovery::Snapshot::build(
+        vec![s],
+        &std::collections::BTreeSet::new(),
+        std::collections::BTreeMap::new(),
+        true,
+    )
+}
+
 /// The group names of an aggregated discovery document (`APIGroupDiscoveryList`), in order.
 pub(crate) fn group_names(doc: &[u8]) -> Vec<String> {
     let doc: serde_json::Value = serde_json::from_slice(doc).expect("JSON");

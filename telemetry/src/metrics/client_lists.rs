@@ -1,10 +1,14 @@
-//! `mvproxy_client_list_requests_total{client, verb}`: list and watch requests per client.
+//! `mvproxy_client_list_requests_total{client, verb}`: list and watch requests per client, and
+//! `mvproxy_client_watches_open{client}`: the watches each client holds open through this proxy.
 //!
 //! A rolling upgrade restarts API servers one by one; every watch on a restarted server
 //! breaks, and a client whose informers then relist instead of resuming from their
 //! `resourceVersion` floods the remaining servers with lists (a relist storm). Counting lists
 //! and watches per client, before, during and after each step, is how a rehearsal through
-//! mvproxy shows it caused none, and which client would be the one to storm.
+//! mvproxy shows it caused none, and which client would be the one to storm. The watches open
+//! are what a proxy holds for each client (a connection's stream and its buffers each): after a
+//! restart each client should be back at its level before it, no higher (a client that opens
+//! watches and never closes them leaks them) and no lower (informers that did not resume).
 //!
 //! `client` is the bounded name of `mvproxy_skew_requests_total` (the program from the
 //! `User-Agent`, with its ServiceAccount when it carries one, at most
@@ -16,6 +20,7 @@
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
 use super::Declared;
@@ -47,13 +52,35 @@ pub struct ClientListLabels {
     pub verb: &'static str,
 }
 
-/// Registers `family` as `client_list_requests` in `r` (the `mvproxy`-prefixed registry),
-/// declared from the first scrape: its series are named by clients, so none exists before one.
-pub(super) fn register(r: &mut Registry, family: &Family<ClientListLabels, Counter>) {
+/// `mvproxy_client_watches_open` labels: `client` as in [`ClientListLabels`].
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ClientWatchLabels {
+    /// The `client` label.
+    pub client: String,
+}
+
+/// The families of this module.
+#[derive(Debug, Default)]
+pub struct ClientReads {
+    /// `mvproxy_client_list_requests_total`: list and watch requests, by client and verb.
+    pub requests: Family<ClientListLabels, Counter>,
+    /// `mvproxy_client_watches_open`: watches answered `200` whose response is still open.
+    pub watches_open: Family<ClientWatchLabels, Gauge>,
+}
+
+/// Registers `reads` as `client_list_requests` and `client_watches_open` in `r` (the
+/// `mvproxy`-prefixed registry), declared from the first scrape: their series are named by
+/// clients, so none exists before one.
+pub(super) fn register(r: &mut Registry, reads: &ClientReads) {
     r.register(
         "client_list_requests",
         "List and watch requests received, by client (from the User-Agent, as mvproxy_skew_requests_total names it) and verb; counted on arrival by the proxy the client talked to",
-        Declared(family.clone()),
+        Declared(reads.requests.clone()),
+    );
+    r.register(
+        "client_watches_open",
+        "Watches open through this proxy, by client (as mvproxy_client_list_requests_total names it): answered 200 and not yet ended by the server, the client or a broken connection",
+        Declared(reads.watches_open.clone()),
     );
 }
 
@@ -67,15 +94,18 @@ mod tests {
         let mut registry = Registry::default();
         let m = Metrics::register(&mut registry);
         let (text, _) = encode(&registry, false).unwrap();
-        assert!(
-            text.contains("# TYPE mvproxy_client_list_requests_total counter\n"),
-            "{text}"
-        );
+        for declared in [
+            "# TYPE mvproxy_client_list_requests_total counter\n",
+            "# TYPE mvproxy_client_watches_open gauge\n",
+        ] {
+            assert!(text.contains(declared), "{text}");
+        }
         assert_eq!(verb("get"), None);
         assert_eq!(verb("deletecollection"), None);
         for kube_verb in ["list", "list", "watch"] {
             let verb = verb(kube_verb).unwrap();
-            m.client_list_requests
+            m.client_reads
+                .requests
                 .get_or_create(&ClientListLabels {
                     client: "kubectl".into(),
                     verb,

@@ -21,8 +21,9 @@
 //! (`mvproxy_deprecated_requests_total`, `deprecated` in `/debug/clients`).
 //!
 //! Every list and watch is also counted per client, under the same names
-//! (`mvproxy_client_list_requests_total`): a rolling upgrade breaks every watch on the server
-//! it restarts, and this is where a relist storm would show. Other requests pay one
+//! (`mvproxy_client_list_requests_total`), and the watches each holds open
+//! (`mvproxy_client_watches_open`, [`watches`]): a rolling upgrade breaks every watch on the
+//! server it restarts, and this is where a relist storm would show. Other requests pay one
 //! comparison of their verb for it: no `User-Agent` read, no lock.
 //!
 //! Some harm of the skew no routing undoes: an object whose finalizer only another release's
@@ -41,13 +42,14 @@ pub mod deletions;
 pub mod finalizers;
 pub mod inspect;
 pub mod undecodable;
+pub mod watches;
 
 use std::sync::Arc;
 use std::time::SystemTime;
 
 use http::header::{CONTENT_ENCODING, CONTENT_TYPE, HeaderName, USER_AGENT, WARNING};
 use http::{HeaderMap, HeaderValue, Response, StatusCode};
-use mvproxy_telemetry::metrics::client_lists::{self, ClientListLabels};
+use mvproxy_telemetry::metrics::client_lists::{self, ClientListLabels, ClientWatchLabels};
 use mvproxy_telemetry::metrics::undecodable::{UNKNOWN_RELEASE, UndecodableLabels};
 use mvproxy_telemetry::metrics::{
     DeletionWaitingLabels, DeprecatedLabels, Metrics, REMOVED_IN_UNKNOWN, SkewLabels, TargetLabels,
@@ -170,7 +172,8 @@ impl SkewClients {
         if let Some(verb) = read {
             let client = self.clients.name(&agent);
             self.metrics
-                .client_list_requests
+                .client_reads
+                .requests
                 .get_or_create(&ClientListLabels {
                     client: client.to_string(),
                     verb,
@@ -214,6 +217,38 @@ impl SkewClients {
                 .inc();
         }
         Some(requester)
+    }
+
+    /// The response path's hook for a watch: a `200` is counted under its client in
+    /// `mvproxy_client_watches_open` until its body is dropped ([`watches`]); every other
+    /// response costs one comparison of its verb and is returned as it is.
+    pub fn watch_open(
+        &self,
+        info: &RequestInfo,
+        requester: &Requester,
+        resp: Response<Body>,
+    ) -> Response<Body> {
+        let RequestInfo::Resource(req) = info else {
+            return resp;
+        };
+        if client_lists::verb(req.verb) != Some(client_lists::WATCH)
+            || resp.status() != StatusCode::OK
+        {
+            return resp;
+        }
+        let client = self.clients.name(&requester.agent());
+        let gauge = self
+            .metrics
+            .client_reads
+            .watches_open
+            .get_or_create(&ClientWatchLabels {
+                client: client.to_string(),
+            })
+            .clone();
+        resp.map(|body| {
+            use http_body_util::BodyExt;
+            watches::Open::new(body, gauge).boxed()
+        })
     }
 
     /// The response path's hook: counts a request that an API server answered with a
@@ -476,7 +511,7 @@ impl SkewClients {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::{BTreeMap, BTreeSet};
+    use std::collections::BTreeMap;
 
     use http::Method;
     use prometheus_client::registry::Registry;
@@ -485,20 +520,11 @@ mod tests {
 
     use super::*;
     use crate::classify::classify;
-    use crate::discovery::ServerState;
-    use crate::testkit::view;
+    use crate::testkit::snapshot as served;
 
     const KUBECTL: &str = "kubectl/v1.24.0 (linux/amd64) kubernetes/4ce5a89";
     const PSP: &str = "/apis/policy/v1beta1/podsecuritypolicies";
     const PSP_WARNING: &str = r#"299 - "policy/v1beta1 PodSecurityPolicy is deprecated in v1.21+, unavailable in v1.25+""#;
-
-    fn served(gvrs: &[(&str, &str, &str)]) -> Snapshot {
-        let mut s = ServerState::new("a".into(), "http://a".into(), true);
-        s.attempted = true;
-        s.up = true;
-        s.view = Some(view(gvrs));
-        Snapshot::build(vec![s], &BTreeSet::new(), BTreeMap::new(), true)
-    }
 
     fn request(agent: &str) -> HeaderMap {
         let mut h = HeaderMap::new();

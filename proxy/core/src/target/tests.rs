@@ -1,11 +1,10 @@
 //! Reading a target and judging requests against it.
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use super::*;
-use crate::discovery::{ServerState, Snapshot};
-use crate::testkit::view;
+use crate::discovery::Snapshot;
+use crate::testkit::snapshot;
 
 /// A fresh directory under the system's temporary one, removed on drop.
 struct Dir(PathBuf);
@@ -42,14 +41,6 @@ fn staging(version: Option<&str>) -> Dir {
         files.push(("version.json", v));
     }
     Dir::new(&files)
-}
-
-fn snapshot(gvrs: &[(&str, &str, &str)]) -> Snapshot {
-    let mut s = ServerState::new("a".into(), "http://a".into(), true);
-    s.attempted = true;
-    s.up = true;
-    s.view = Some(view(gvrs));
-    Snapshot::build(vec![s], &BTreeSet::new(), BTreeMap::new(), true)
 }
 
 #[test]
