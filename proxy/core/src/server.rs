@@ -143,7 +143,7 @@ where
     let (result, peer) = respond(&app, &snap, &span, &info, &route, req).await;
     let result = match (requester, result) {
         (Some(requester), Ok(resp)) => {
-            let resp = app.skew_clients.watch_open(&info, &requester, resp);
+            let resp = app.skew_clients.watch_open(&requester, resp);
             app.skew_clients
                 .answered(&snap, &info, requester, resp.headers());
             let resp = app.skew_clients.failed(&snap, &info, peer, resp);

@@ -71,11 +71,14 @@ use undecodable::Undecodable;
 /// Bytes of a `DELETE` response copied at most for a look at its objects' finalizers.
 pub const MAX_INSPECTED_BYTES: usize = 1 << 20;
 
-/// Who sent a request, kept from the request to its response (two shared header values).
+/// Who sent a request, kept from the request to its response (two shared header values, and
+/// for a watch the client name it was counted under).
 #[derive(Debug)]
 pub struct Requester {
     agent: Option<HeaderValue>,
     user: Option<HeaderValue>,
+    /// The `client` label of a watch, named once on arrival for `mvproxy_client_watches_open`.
+    watcher: Option<Arc<str>>,
 }
 
 impl Requester {
@@ -147,9 +150,10 @@ impl SkewClients {
         if matches!(route, Route::Local(LocalReason::AlreadyProxied)) {
             return None;
         }
-        let requester = Requester {
+        let mut requester = Requester {
             agent: headers.get(USER_AGENT).cloned(),
             user: headers.get(&self.user_header).cloned(),
+            watcher: None,
         };
         if let Some(agent) = &requester.agent
             && agent.as_bytes().starts_with(deletions::CONTROLLER_MANAGER)
@@ -179,6 +183,9 @@ impl SkewClients {
                     verb,
                 })
                 .inc();
+            if verb == client_lists::WATCH {
+                requester.watcher = Some(client);
+            }
         }
         if side.is_none() && target.is_none() {
             return Some(requester);
@@ -219,24 +226,16 @@ impl SkewClients {
         Some(requester)
     }
 
-    /// The response path's hook for a watch: a `200` is counted under its client in
-    /// `mvproxy_client_watches_open` until its body is dropped ([`watches`]); every other
-    /// response costs one comparison of its verb and is returned as it is.
-    pub fn watch_open(
-        &self,
-        info: &RequestInfo,
-        requester: &Requester,
-        resp: Response<Body>,
-    ) -> Response<Body> {
-        let RequestInfo::Resource(req) = info else {
+    /// The response path's hook for a watch: a `200` is counted under the client
+    /// [`SkewClients::observe`] named in `mvproxy_client_watches_open` until its body is dropped
+    /// ([`watches`]); every other response is returned as it is.
+    pub fn watch_open(&self, requester: &Requester, resp: Response<Body>) -> Response<Body> {
+        let Some(client) = &requester.watcher else {
             return resp;
         };
-        if client_lists::verb(req.verb) != Some(client_lists::WATCH)
-            || resp.status() != StatusCode::OK
-        {
+        if resp.status() != StatusCode::OK {
             return resp;
         }
-        let client = self.clients.name(&requester.agent());
         let gauge = self
             .metrics
             .client_reads

@@ -98,7 +98,7 @@ mod tests {
             .status(status)
             .body(crate::plumbing::full(bytes::Bytes::from_static(b"{}\n")))
             .unwrap();
-        r.watch_open(info, &requester, resp).into_body()
+        r.watch_open(&requester, resp).into_body()
     }
 
     #[tokio::test]
