@@ -34,19 +34,31 @@
 //! batch's export with its retries), `queue` (the spans waiting), `worker` (the export
 //! thread), and `metrics` (the counters on `/metrics`). `Exporter` here is the handle the
 //! rest of the crate holds.
+//!
+//! The encoding and the transport are mvproxy's own rather than `opentelemetry-otlp`'s: with
+//! every request sampled, the crate's exporter costs a third more instructions per request,
+//! measured side by side (`bench/PERF_NOTES.md`, thirteenth round). The `otlp-crate` feature
+//! builds its path in place of `transport` (`otlp_crate`) so that the count can be repeated.
 
 use std::sync::{Arc, Mutex, PoisonError, mpsc};
 use std::time::{Duration, Instant};
 
 use http::{HeaderMap, Uri};
+use opentelemetry::KeyValue;
 
 use crate::otlp::SpanRecord;
 
 mod metrics;
+#[cfg(feature = "otlp-crate")]
+mod otlp_crate;
 mod queue;
+// The comparison build leaves the hand-written transport compiled but unused.
+#[cfg_attr(feature = "otlp-crate", allow(dead_code))]
 mod retry;
 mod stats;
+#[cfg_attr(feature = "otlp-crate", allow(dead_code))]
 mod transport;
+#[cfg_attr(feature = "otlp-crate", allow(dead_code))]
 mod wire;
 mod worker;
 
@@ -55,6 +67,13 @@ mod tests;
 
 pub(crate) use metrics::register as register_metrics;
 pub(crate) use retry::ExportError;
+
+/// How a batch reaches the collector: mvproxy's own encoder and connection, or, in the
+/// comparison build, `opentelemetry-otlp`'s exporter (`otlp_crate`).
+#[cfg(not(feature = "otlp-crate"))]
+type Transport = transport::Client;
+#[cfg(feature = "otlp-crate")]
+type Transport = otlp_crate::Client;
 
 /// When and how much to export (the `OTEL_BSP_*` variables).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -110,12 +129,12 @@ impl Exporter {
     pub(crate) fn start(
         target: Target,
         batching: &Batching,
-        resource: Vec<u8>,
+        resource: &[KeyValue],
     ) -> Result<Self, ExportError> {
-        let client = transport::Client::new(target)?;
+        let client = Transport::new(target, resource)?;
         let shared = Arc::new(queue::Shared::new(batching.max_queue, batching.max_batch));
         let (done_tx, done) = mpsc::channel();
-        let mut worker = worker::Worker::new(shared.clone(), client, resource, batching);
+        let mut worker = worker::Worker::new(shared.clone(), client, batching);
         std::thread::Builder::new()
             .name("mvproxy-span-export".into())
             .spawn(move || {

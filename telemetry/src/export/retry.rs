@@ -36,6 +36,10 @@ pub(crate) enum ExportError {
     Timeout(Duration),
     #[error("starting the export runtime: {0}")]
     Runtime(std::io::Error),
+    /// From `opentelemetry-otlp`'s exporter, in the comparison build (`super::otlp_crate`).
+    #[cfg(feature = "otlp-crate")]
+    #[error("opentelemetry-otlp: {0}")]
+    Crate(String),
 }
 
 /// Whether and when a failed request may be sent again.
@@ -72,6 +76,8 @@ impl ExportError {
                 _ => Retry::No,
             },
             Self::Runtime(_) => Retry::No,
+            #[cfg(feature = "otlp-crate")]
+            Self::Crate(_) => Retry::No,
         }
     }
 }

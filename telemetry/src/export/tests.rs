@@ -220,7 +220,7 @@ fn shutdown_exports_what_is_queued_with_the_configured_headers() {
         schedule_delay: Duration::from_secs(3600),
         ..Batching::default()
     };
-    let exporter = Exporter::start(target(url, headers), &batching, Vec::new()).unwrap();
+    let exporter = Exporter::start(target(url, headers), &batching, &[]).unwrap();
     for n in 1..=3 {
         exporter.push(span(n));
     }
@@ -264,7 +264,7 @@ fn a_connection_the_collector_closed_while_idle_is_replaced() {
         per_conn: 1,
         ..Script::default()
     });
-    let exporter = Exporter::start(target(url, HeaderMap::new()), &quick(), Vec::new()).unwrap();
+    let exporter = Exporter::start(target(url, HeaderMap::new()), &quick(), &[]).unwrap();
     exporter.push(span(1));
     assert_eq!(trace_ids(&seen.recv_timeout(WAIT).unwrap()), [1]);
     // The collector has closed that connection; the exporter does not know yet.
@@ -300,7 +300,7 @@ fn a_full_queue_drops_spans_and_shutdown_counts_what_it_could_not_send() {
     let exporter = Exporter::start(
         target(url.parse().unwrap(), HeaderMap::new()),
         &batching,
-        Vec::new(),
+        &[],
     )
     .unwrap();
     for n in 0..5 {
@@ -329,7 +329,7 @@ fn a_collector_that_goes_away_and_comes_back_loses_nothing_that_fit_the_queue() 
     };
     let mut t = target(url.parse().unwrap(), HeaderMap::new());
     t.timeout = Duration::from_millis(200);
-    let exporter = Exporter::start(t, &batching, Vec::new()).unwrap();
+    let exporter = Exporter::start(t, &batching, &[]).unwrap();
     for n in 0..12 {
         exporter.push(span(n));
     }
@@ -363,7 +363,7 @@ fn a_503_is_retried_after_its_retry_after_and_a_400_is_not_retried() {
         ],
         ..Script::default()
     });
-    let exporter = Exporter::start(target(url, HeaderMap::new()), &quick(), Vec::new()).unwrap();
+    let exporter = Exporter::start(target(url, HeaderMap::new()), &quick(), &[]).unwrap();
     exporter.push(span(1));
     let first = seen.recv_timeout(WAIT).unwrap();
     let again = seen.recv_timeout(WAIT).unwrap();
@@ -416,7 +416,7 @@ fn a_partial_success_is_counted() {
         schedule_delay: Duration::from_secs(3600),
         ..Batching::default()
     };
-    let exporter = Exporter::start(target(url, HeaderMap::new()), &batching, Vec::new()).unwrap();
+    let exporter = Exporter::start(target(url, HeaderMap::new()), &batching, &[]).unwrap();
     exporter.push(span(1));
     exporter.push(span(2));
     exporter.shutdown();
@@ -430,7 +430,7 @@ fn gzip_compresses_the_body() {
     let (url, seen) = collector(Script::default());
     let mut t = target(url, HeaderMap::new());
     t.gzip = true;
-    let exporter = Exporter::start(t, &quick(), Vec::new()).unwrap();
+    let exporter = Exporter::start(t, &quick(), &[]).unwrap();
     exporter.push(span(7));
     let got = seen.recv_timeout(WAIT).unwrap();
     assert!(
@@ -470,7 +470,7 @@ fn shutdown_returns_against_a_collector_that_never_answers() {
     };
     let mut t = target(url.parse().unwrap(), HeaderMap::new());
     t.timeout = Duration::from_secs(3600);
-    let exporter = Exporter::start(t, &batching, Vec::new()).unwrap();
+    let exporter = Exporter::start(t, &batching, &[]).unwrap();
     exporter.push(span(1));
     exporter.push(span(2));
     exporter.shutdown();
@@ -559,7 +559,7 @@ fn https_with_a_client_certificate_and_without_one() {
         )
         .unwrap(),
     );
-    let exporter = Exporter::start(t, &quick(), Vec::new()).unwrap();
+    let exporter = Exporter::start(t, &quick(), &[]).unwrap();
     exporter.push(span(3));
     assert_eq!(trace_ids(&seen.recv_timeout(WAIT).unwrap()), [3]);
     exporter.shutdown();
@@ -569,7 +569,7 @@ fn https_with_a_client_certificate_and_without_one() {
     let mut t = target(url, HeaderMap::new());
     t.tls = Some(client_config(Ca::File(file("CA", &ca)), None, false).unwrap());
     t.timeout = Duration::from_millis(200);
-    let exporter = Exporter::start(t, &quick(), Vec::new()).unwrap();
+    let exporter = Exporter::start(t, &quick(), &[]).unwrap();
     exporter.push(span(4));
     exporter.shutdown();
     wait_for_export_failed(&exporter);
@@ -595,7 +595,7 @@ fn grpc_over_mutual_tls() {
         )
         .unwrap(),
     );
-    let exporter = Exporter::start(t, &quick(), Vec::new()).unwrap();
+    let exporter = Exporter::start(t, &quick(), &[]).unwrap();
     exporter.push(span(8));
     let (encoding, frame) = seen.recv_timeout(WAIT).unwrap();
     assert_eq!(encoding, None, "not compressed unless asked");
@@ -696,7 +696,7 @@ fn grpc_unavailable_is_retried_and_the_message_is_gzip_compressed() {
     let mut t = target(url, HeaderMap::new());
     t.grpc = true;
     t.gzip = true;
-    let exporter = Exporter::start(t, &quick(), Vec::new()).unwrap();
+    let exporter = Exporter::start(t, &quick(), &[]).unwrap();
     exporter.push(span(5));
     for _ in 0..2 {
         let (encoding, frame) = seen.recv_timeout(WAIT).unwrap();

@@ -11,15 +11,17 @@ use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::client::conn::{http1, http2};
 use hyper_util::rt::{TokioExecutor, TokioIo};
+use opentelemetry::KeyValue;
 
 use super::Target;
 use super::retry::{Backoff, ExportError, Retry};
 use super::stats::{ExportStats, Outcome};
 use super::wire::{self, Accepted};
+use crate::otlp::{self, SpanRecord};
 
 /// How an export of one batch ended.
 #[derive(Debug)]
-pub(super) enum Sent {
+pub(crate) enum Sent {
     Accepted(Accepted),
     /// Not retryable: the batch is dropped.
     Refused(ExportError),
@@ -27,11 +29,15 @@ pub(super) enum Sent {
     GaveUp(ExportError),
 }
 
-/// One kept-alive connection to the collector.
-pub(super) struct Client {
+/// One kept-alive connection to the collector, and the batch's encoding.
+pub(crate) struct Client {
     rt: tokio::runtime::Runtime,
     pub(super) target: Target,
     conn: Option<Conn>,
+    /// The encoded attributes of the `Resource` every batch carries.
+    resource: Vec<u8>,
+    /// The encoding buffer, reused.
+    buf: Vec<u8>,
 }
 
 enum Conn {
@@ -41,8 +47,8 @@ enum Conn {
 
 impl Client {
     /// A client of `target`, with the runtime that drives its connection; it connects on the
-    /// first export.
-    pub(super) fn new(target: Target) -> Result<Self, ExportError> {
+    /// first export. Every batch is sent under a `Resource` with `resource`'s attributes.
+    pub(super) fn new(target: Target, resource: &[KeyValue]) -> Result<Self, ExportError> {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -51,12 +57,33 @@ impl Client {
             rt,
             target,
             conn: None,
+            resource: otlp::resource(resource.iter().map(|kv| (kv.key.as_str(), &kv.value))),
+            buf: Vec::new(),
         })
+    }
+
+    /// Encodes `batch` (`crate::otlp`) and exports it; the batch is left as it was, for the
+    /// caller to put back in the queue when the export gave up.
+    #[allow(
+        clippy::ptr_arg,
+        reason = "the signature of otlp_crate's, which takes the spans out of the batch"
+    )]
+    pub(super) fn send(
+        &mut self,
+        batch: &mut Vec<SpanRecord>,
+        until: Instant,
+        stats: &ExportStats,
+    ) -> Sent {
+        let mut buf = std::mem::take(&mut self.buf);
+        otlp::request(&self.resource, batch, &mut buf);
+        let sent = self.export(&buf, until, stats);
+        self.buf = buf;
+        sent
     }
 
     /// Sends `message` (an encoded `ExportTraceServiceRequest`), retrying what the
     /// specification calls retryable until `until`.
-    pub(super) fn export(&mut self, message: &[u8], until: Instant, stats: &ExportStats) -> Sent {
+    fn export(&mut self, message: &[u8], until: Instant, stats: &ExportStats) -> Sent {
         let payload = if self.target.gzip {
             wire::gzip(message)
         } else {

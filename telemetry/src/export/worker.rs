@@ -11,10 +11,10 @@ use std::sync::{Arc, PoisonError};
 use std::time::{Duration, Instant};
 
 use super::Batching;
+use super::Transport;
 use super::queue::Shared;
 use super::stats::{DropReason, Outcome};
-use super::transport::{Client, Sent};
-use crate::otlp;
+use super::transport::Sent;
 
 /// At most one warning per this interval while exports fail or spans are dropped.
 const WARN_INTERVAL: Duration = Duration::from_secs(30);
@@ -52,32 +52,22 @@ impl Throttle {
     }
 }
 
-/// The export thread's state: the queue it empties, the connection it sends on, and the
-/// encoding buffer it reuses.
+/// The export thread's state: the queue it empties and the transport it sends on.
 pub(super) struct Worker {
     shared: Arc<Shared>,
-    client: Client,
-    resource: Vec<u8>,
+    client: Transport,
     delay: Duration,
     export_timeout: Duration,
-    buf: Vec<u8>,
     warn: Throttle,
 }
 
 impl Worker {
-    pub(super) fn new(
-        shared: Arc<Shared>,
-        client: Client,
-        resource: Vec<u8>,
-        batching: &Batching,
-    ) -> Self {
+    pub(super) fn new(shared: Arc<Shared>, client: Transport, batching: &Batching) -> Self {
         Self {
             shared,
             client,
-            resource,
             delay: batching.schedule_delay,
             export_timeout: batching.export_timeout,
-            buf: Vec::new(),
             warn: Throttle::new(WARN_INTERVAL),
         }
     }
@@ -136,9 +126,8 @@ impl Worker {
                 || Instant::now() + self.client.target.timeout,
                 |at| at + self.export_timeout.mul_f64(0.9),
             );
-            otlp::request(&self.resource, &batch, &mut self.buf);
             let stats = &self.shared.stats;
-            match self.client.export(&self.buf, until, stats) {
+            match self.client.send(&mut batch, until, stats) {
                 Sent::Accepted(a) => {
                     let rejected = a.rejected.min(n);
                     stats.exported(n - rejected);

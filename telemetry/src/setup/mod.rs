@@ -115,15 +115,6 @@ fn exporter(export: &Export, settings: &Settings) -> Result<Exporter, TelemetryE
         gzip: export.gzip,
         tls: export.tls.as_ref().map(|t| t.0.clone()),
     };
-    Exporter::start(
-        target,
-        &settings.batching,
-        crate::otlp::resource(
-            settings
-                .resource
-                .iter()
-                .map(|kv| (kv.key.as_str(), &kv.value)),
-        ),
-    )
-    .map_err(|e| err(var, e.to_string()))
+    Exporter::start(target, &settings.batching, &settings.resource)
+        .map_err(|e| err(var, e.to_string()))
 }
