@@ -209,14 +209,15 @@ lb_start() {
 }
 
 # kcm_start RELEASE SERVER_URL: kube-controller-manager of RELEASE, as the admin user, with
-# the controllers this part measures (garbage collector, namespace) and the one that removes the
-# finalizer 1.36 and later stamp on PodGroups (podgroup-protection-controller, behind the
-# GenericWorkload gate: the feature gates match the API servers'). No leader election: one runs
-# at a time.
+# the controllers this part measures (garbage collector, namespace) and, from 1.36 on, the one
+# that removes the finalizer 1.36 and later stamp on PodGroups (podgroup-protection-controller,
+# behind the GenericWorkload gate: the feature gates match the API servers'; 1.35 has no such
+# controller and refuses to start when asked for it). No leader election: one runs at a time.
 kcm_start() {
-  local release=$1 url=$2
+  local release=$1 url=$2 controllers=garbagecollector,namespace minor=${1#1.}
+  ((${minor%%.*} < 36)) || controllers+=,podgroup-protection-controller
   cp_kubeconfig "$CP_DIR/kcm.kc" "$url"
-  "$(kcm_bin "$release")" --kubeconfig "$CP_DIR/kcm.kc" --controllers garbagecollector,namespace,podgroup-protection-controller \
+  "$(kcm_bin "$release")" --kubeconfig "$CP_DIR/kcm.kc" --controllers "$controllers" \
     --feature-gates AllAlpha=true,AllBeta=true --leader-elect=false --secure-port 0 --concurrent-gc-syncs 5 --v 2 \
     >"$CP_DIR/logs/kcm-$RUN.log" 2>&1 &
   _cp_record kcm $!
@@ -271,7 +272,16 @@ run() {
   esac
   kcm_start "$release" "$url"
   local note=""
-  kcm_synced || note="the garbage collector did not report its monitors synced in 60 s; "
+  if ! kcm_synced; then
+    # A controller-manager that is not running measures nothing: the run fails, naming why.
+    if ! kill -0 "$(cp_pid kcm)" 2>/dev/null; then
+      record "$RUN: kube-controller-manager $release runs" FAIL \
+        "it exited: $(grep -m1 -E '^[EF][0-9]{4}' "$CP_DIR/logs/kcm-$RUN.log" | cut -c1-300)"
+      cp_stop haproxy
+      return 0
+    fi
+    note="the garbage collector did not report its monitors synced in 60 s; "
+  fi
   sleep "$WRONGFUL_SECONDS"
   local left wrongful
   left=$(api "$serving" GET "/api/v1/namespaces/$gns/configmaps" | body_of | count_items)
