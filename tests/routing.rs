@@ -180,7 +180,7 @@ async fn until_watches_open(proxy: &Proxy, want: u64) {
     }
 }
 
-/// `mvproxy_client_list_requests_total` of client `kubectl` on `proxy`'s `/metrics`: lists,
+/// `mvproxy_client_requests_total` of client `kubectl` on `proxy`'s `/metrics`: lists,
 /// watches (0 for a series not there).
 async fn kubectl_lists(proxy: &Proxy) -> (u64, u64) {
     let text = get(&format!("{}/metrics", proxy.admin_url()), &[])
@@ -189,7 +189,7 @@ async fn kubectl_lists(proxy: &Proxy) -> (u64, u64) {
         .text();
     let count = |verb: &str| {
         let series =
-            format!("mvproxy_client_list_requests_total{{client=\"kubectl\",verb=\"{verb}\"}} ");
+            format!("mvproxy_client_requests_total{{client=\"kubectl\",verb=\"{verb}\"}} ");
         text.lines()
             .find_map(|l| l.strip_prefix(&series))
             .map_or(0, |v| v.parse().unwrap_or_else(|e| panic!("{v}: {e}")))

@@ -14,8 +14,9 @@
 #   every pod scheduled and Running as KWOK reports it, every Deployment at its replica count;
 #   no object lost or duplicated (counts per resource before and after, read from each
 #   release); the controller-manager and scheduler leader Leases held; no relist storm (LIST
-#   requests per client from mvproxy's mvproxy_client_list_requests_total, before, during and
-#   after); mvproxy's cost (CPU seconds per second, RSS, watches held open) under that load.
+#   and WATCH requests per client from mvproxy's mvproxy_client_requests_total, before, during
+#   and after); mvproxy's cost (CPU seconds per second, RSS, watches held open, requests per
+#   second by client and verb) under that load.
 #
 # usage: rehearsal.sh [--roll] [--hold] [--out DIR]
 #   --roll  upgrade the three nodes OLD -> NEW and check the cluster after it
@@ -233,13 +234,14 @@ counts() {
   done
 }
 
-# lists: LIST and WATCH requests per client, summed over the three mvproxies, tab-separated
-# (client, verb, count: a client's name may hold spaces, "kube-controller-manager (sa ...)").
-lists() {
+# requests: resource requests per client and verb, summed over the three mvproxies,
+# tab-separated (client, verb, count: a client's name may hold spaces,
+# "kube-controller-manager (sa ...)").
+requests() {
   local n
   for n in 1 2 3; do
     curl -s --max-time 5 "http://$(ip_of "$n"):7543/metrics" || true
-  done | awk '/^mvproxy_client_list_requests_total\{/ {
+  done | awk '/^mvproxy_client_requests_total\{/ {
       match($0, /client="[^"]*"/); c = substr($0, RSTART + 8, RLENGTH - 9)
       match($0, /verb="[^"]*"/); v = substr($0, RSTART + 6, RLENGTH - 7)
       s[c "\t" v] += $NF } END { for (k in s) print k "\t" s[k] }' | sort
@@ -286,7 +288,7 @@ if settled 1 600; then r=PASS; else r=FAIL; fi
 check "workload scheduled and running on $OLD" $r "$SETTLED on $NODES KWOK nodes, in $(( $(date +%s) - t1 ))s"
 
 before_counts=$(counts 1)
-lists >"$OUT/lists-0-before.txt"
+requests >"$OUT/requests-0-before.txt"
 cost >"$OUT/cost-0.txt"
 tc0=$(date +%s)
 
@@ -307,7 +309,7 @@ if [ "$roll" = 1 ]; then
       want_pods=$((want_pods + REPLICAS / 10))
     fi
     sleep "$SETTLE_SECONDS"
-    lists >"$OUT/lists-$phase-node-$n.txt"
+    requests >"$OUT/requests-$phase-node-$n.txt"
     cost >"$OUT/cost-$phase.txt"
     log "node $n upgraded in $(( $(date +%s) - tp ))s"
   done
@@ -332,17 +334,17 @@ if [ "$roll" = 1 ]; then
   # rather than a LIST, so a relist is a list or a watch: after the roll has settled, no client
   # may open more than 10 + a quarter of the watches it held before (watches are renewed every
   # 5 to 10 minutes in steady state).
-  lists >"$OUT/lists-4-settled.txt"
+  requests >"$OUT/requests-4-settled.txt"
   sleep 30
-  lists >"$OUT/lists-5-after.txt"
-  per_client() { awk -F'\t' '{n[$1] += $3} END {for (c in n) print c "\t" n[c]}' "$1" | sort; }
-  watches_before() { awk -F'\t' '$2 == "watch" {print $1 "\t" $3}' "$OUT/lists-0-before.txt" | sort; }
-  storm=$(join -t $'\t' <(per_client "$OUT/lists-4-settled.txt") <(per_client "$OUT/lists-5-after.txt") |
+  requests >"$OUT/requests-5-after.txt"
+  per_client() { awk -F'\t' '$2 == "list" || $2 == "watch" {n[$1] += $3} END {for (c in n) print c "\t" n[c]}' "$1" | sort; }
+  watches_before() { awk -F'\t' '$2 == "watch" {print $1 "\t" $3}' "$OUT/requests-0-before.txt" | sort; }
+  storm=$(join -t $'\t' <(per_client "$OUT/requests-4-settled.txt") <(per_client "$OUT/requests-5-after.txt") |
     join -t $'\t' -a 1 -e 0 -o 0,1.2,1.3,2.2 - <(watches_before) |
     awk -F'\t' '$3 - $2 > 10 + $4 / 4 {print $1 ": " $3 - $2}' | tr '\n' ' ')
-  if [ -z "$storm" ] && [ -s "$OUT/lists-5-after.txt" ]; then r=PASS; else r=FAIL; fi
+  if [ -z "$storm" ] && [ -s "$OUT/requests-5-after.txt" ]; then r=PASS; else r=FAIL; fi
   check "no relist storm: no client lists or watches more than 10 + a quarter of its watches in the 30 s after the roll settled" $r \
-    "${storm:-none over} (mvproxy_client_list_requests_total; lists-*.txt)"
+    "${storm:-none over} (mvproxy_client_requests_total; requests-*.txt)"
   cost >"$OUT/cost-after.txt"
 
   # The report: LISTs per client, and mvproxy's cost, phase by phase.
@@ -353,10 +355,10 @@ if [ "$roll" = 1 ]; then
     echo
     echo "| client | before the roll | node 1 $NEW | node 2 $NEW | node 3 $NEW | settled | 30 s later |"
     echo "| --- | --- | --- | --- | --- | --- | --- |"
-    cat "$OUT"/lists-*.txt | awk -F'\t' '{print $1}' | sort -u | while IFS= read -r c; do
+    cat "$OUT"/requests-*.txt | awk -F'\t' '$2 == "list" || $2 == "watch" {print $1}' | sort -u | while IFS= read -r c; do
       row="| $c"
       for f in 0-before 1-node-1 2-node-2 3-node-3 4-settled 5-after; do
-        row+=" | $(awk -F'\t' -v c="$c" '$1 == c {n[$2] = $3} END {printf "%d / %d", n["list"], n["watch"]}' "$OUT/lists-$f.txt" 2>/dev/null)"
+        row+=" | $(awk -F'\t' -v c="$c" '$1 == c {n[$2] = $3} END {printf "%d / %d", n["list"], n["watch"]}' "$OUT/requests-$f.txt" 2>/dev/null)"
       done
       echo "$row |"
     done
@@ -368,6 +370,16 @@ if [ "$roll" = 1 ]; then
     echo "| --- | --- | --- | --- | --- | --- |"
     join <(sort "$OUT/cost-0.txt") <(sort "$OUT/cost-after.txt") |
       awk -v s="$secs" '{printf "| %s | %.3f | %.1f | %.1f | %d | %d |\n", $1, ($5 - $2) / s, $3 / 1024, $6 / 1024, $4, $7}'
+    echo
+    echo "Requests per second by client over the roll, summed over the three mvproxies (mvproxy_client_requests_total), busiest first:"
+    echo
+    echo "| client | requests/s | by verb |"
+    echo "| --- | --- | --- |"
+    # The difference per (client, verb) between the start and the end of the roll.
+    awk -F'\t' -v s="$secs" 'FNR == NR {b[$1 "\t" $2] = $3; next}
+      {d = $3 - b[$1 "\t" $2]; if (d > 0) {t[$1] += d; v[$1] = v[$1] sprintf("%s%s %.2f", (v[$1] == "" ? "" : ", "), $2, d / s)}}
+      END {for (c in t) printf "%.2f\t| %s | %.2f | %s |\n", t[c] / s, c, t[c] / s, v[c]}' \
+      "$OUT/requests-0-before.txt" "$OUT/requests-3-node-3.txt" | sort -t $'\t' -k1,1 -g -r | cut -f2-
   } >"$OUT/report.md"
   cat "$OUT/report.md" >&2
 fi

@@ -5,7 +5,7 @@
 //! registry is built here and passed around in an `Arc`, never global, so a test can run
 //! several proxies in one process. Label values that say *why* are `&'static str` constants.
 
-pub mod client_lists;
+pub mod client_requests;
 mod handles;
 pub mod undecodable;
 
@@ -420,8 +420,8 @@ pub struct Metrics {
     /// Requests sent to an upstream a second time (the first attempt was written and not
     /// processed), by upstream and protocol.
     pub upstream_replays: Family<ReplayLabels, Counter>,
-    /// Lists and watches received and watches open, by client (`mvproxy_client_*`).
-    pub client_reads: client_lists::ClientReads,
+    /// Resource requests received and watches open, by client (`mvproxy_client_*`).
+    pub client_requests: client_requests::ClientRequests,
     /// `mvproxy_undecodable_objects_total`: stored objects a server cannot decode.
     pub undecodable_objects: Family<undecodable::UndecodableLabels, Counter>,
     /// Handles of the series every request touches.
@@ -456,7 +456,7 @@ impl Metrics {
             deprecated_requests: Family::default(),
             deletions_waiting: Family::default(),
             upstream_replays: Family::default(),
-            client_reads: client_lists::ClientReads::default(),
+            client_requests: client_requests::ClientRequests::default(),
             undecodable_objects: Family::default(),
             handles: HandleCache::default(),
         };
@@ -638,7 +638,7 @@ impl Metrics {
                     .get_or_create(&ReplayLabels { upstream, protocol });
             }
         }
-        client_lists::register(r, &m.client_reads);
+        client_requests::register(r, &m.client_requests);
         undecodable::register(r, &m.undecodable_objects);
         m
     }

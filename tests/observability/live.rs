@@ -3,15 +3,61 @@
 
 use super::*;
 use crate::cluster::{Cluster, wait_discovery};
+use bytes::Bytes;
+use http::Method;
 
 /// Only 1.31 serves it, and warns that it is deprecated (removed in 1.32).
 const FLOWSCHEMAS_V1BETA3: &str = "/apis/flowcontrol.apiserver.k8s.io/v1beta3/flowschemas";
 
+/// Only A serves them (1.36's), and it cannot decode those stored at `v1alpha1`.
+const PODGROUPS: &str = "/apis/scheduling.k8s.io/v1alpha2/namespaces/rehearsal/podgroups";
+
+/// What no proxy can fix, through proxy `a`: a PodGroup whose deletion waits on
+/// `scheduling.k8s.io/podgroup-protection` (no release here runs its controller), and a list
+/// of PodGroups that A cannot decode.
+async fn unfixable_traffic(a: &str) {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let name = format!(
+        "pg-{}",
+        NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    );
+    let body = serde_json::json!({
+        "apiVersion": "scheduling.k8s.io/v1alpha2",
+        "kind": "PodGroup",
+        "metadata": {"name": name, "finalizers": ["scheduling.k8s.io/podgroup-protection"]},
+    });
+    let json = [("content-type", "application/json")];
+    let url = format!("{a}{PODGROUPS}");
+    let r = request(Method::POST, &url, &json, Bytes::from(body.to_string()))
+        .await
+        .expect("create a PodGroup");
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.text());
+    let r = request(
+        Method::DELETE,
+        &format!("{url}/{name}"),
+        &json,
+        Bytes::new(),
+    )
+    .await
+    .expect("delete it");
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text());
+    assert!(r.text().contains("deletionTimestamp"), "{}", r.text());
+    let r = get(&url, &[]).await.expect("list PodGroups");
+    assert_eq!(r.status, StatusCode::INTERNAL_SERVER_ERROR, "{}", r.text());
+}
+
 /// Requests that exercise every route: local, peer, merged discovery, nopeer, a 404 from the
-/// local server, a non-resource path; and, for the rehearsal's panels, a GVR the target
-/// release does not serve that its server answers with a deprecation warning.
+/// local server, a non-resource path, a watch; and, for the rehearsal's panels, a GVR the
+/// target release does not serve that its server answers with a deprecation warning, and what
+/// no proxy can fix ([`unfixable_traffic`]).
 async fn healthy_traffic(c: &Cluster) {
     let a = c.proxy_a.url();
+    // a watch the server ends after a second: counted open, then closed
+    let r = get(&format!("{a}{PODS}?watch=true&timeoutSeconds=1"), &[])
+        .await
+        .expect("watch");
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text());
+    unfixable_traffic(&a).await;
     for (path, accept, want) in [
         (PODS, "application/json", StatusCode::OK),
         (OLD_ONLY, "application/json", StatusCode::OK),
@@ -47,10 +93,11 @@ async fn dashboards_and_rules_match_a_live_scrape_and_real_prometheus_answers_th
         healthy_traffic(&c).await;
         tokio::time::sleep(Duration::from_millis(700)).await;
     }
-    // The deprecated API again until Prometheus has two different counts of it: increase()
-    // needs both, and the peer-down phase below, which keeps the other tables growing, gets no
-    // warning (its server is gone). Bounded: at most 30 requests, 1.2 s apart.
+    // The deprecated API, and what no proxy can fix, again until Prometheus has two different
+    // counts of each: increase() needs both, and the peer-down phase below, which keeps the
+    // other tables growing, sends neither. Bounded: at most 30 rounds, 1.2 s apart.
     for attempt in 0.. {
+        unfixable_traffic(&c.proxy_a.url()).await;
         let r = get(&format!("{}{FLOWSCHEMAS_V1BETA3}", c.proxy_a.url()), &[])
             .await
             .expect("deprecated API");
@@ -60,16 +107,23 @@ async fn dashboards_and_rules_match_a_live_scrape_and_real_prometheus_answers_th
             "the warning reaches the client: {r:?}"
         );
         tokio::time::sleep(Duration::from_millis(1200)).await;
-        if !prom
-            .query("increase(mvproxy_deprecated_requests_total[5m]) > 0")
-            .await
-            .is_empty()
-        {
+        let mut grown = true;
+        for family in [
+            "mvproxy_deprecated_requests_total",
+            "mvproxy_deletions_waiting_total",
+            "mvproxy_undecodable_objects_total",
+        ] {
+            grown &= !prom
+                .query(&format!("increase({family}[5m]) > 0"))
+                .await
+                .is_empty();
+        }
+        if grown {
             break;
         }
         assert!(
             attempt < 30,
-            "Prometheus never saw the deprecated requests grow"
+            "Prometheus never saw the deprecated requests, the waiting deletions and the undecodable objects grow"
         );
     }
     let scrape_b = get(&format!("{}/metrics", c.proxy_b.admin_url()), &[])

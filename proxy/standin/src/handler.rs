@@ -179,6 +179,14 @@ async fn resource_request(
     let Some((target, entry)) = shared.catalog.resource(group, version, path.resource) else {
         return respond::not_served();
     };
+    if matches!(*req.method(), Method::GET | Method::HEAD)
+        && let Some(u) = shared
+            .undecodable
+            .iter()
+            .find(|u| u.group() == group && u.resource == path.resource)
+    {
+        return respond::undecodable(u, path.namespace, path.name);
+    }
     // A cluster-scoped resource under `namespaces/{ns}/` is not a route kube registers.
     if !target.namespaced && path.namespace.is_some() && path.resource != "namespaces" {
         return respond::not_served();

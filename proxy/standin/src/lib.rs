@@ -80,6 +80,7 @@ pub struct StandIn {
     legacy_only: bool,
     git_version: String,
     deprecations: Vec<(String, HeaderValue)>,
+    undecodable: Vec<Undecodable>,
 }
 
 /// A started stand-in; dropping it stops the server without waiting.
@@ -105,6 +106,24 @@ pub struct RecordedRequest {
     pub headers: http::HeaderMap,
 }
 
+/// A resource whose stored objects this server cannot decode ([`StandIn::undecodable`]).
+#[derive(Debug, Clone)]
+struct Undecodable {
+    /// The version they are stored at, `group/version` (`v1` for core).
+    group_version: String,
+    resource: String,
+    kind: String,
+}
+
+impl Undecodable {
+    /// The group of the stored version (`""` for core).
+    fn group(&self) -> &str {
+        self.group_version
+            .rsplit_once('/')
+            .map_or("", |(group, _)| group)
+    }
+}
+
 /// State shared by every connection of one server.
 #[derive(Debug)]
 struct Shared {
@@ -113,6 +132,9 @@ struct Shared {
     /// `(group/version, Warning header)`: the header every resource request of the
     /// group-version is answered with.
     deprecations: Vec<(String, HeaderValue)>,
+    /// Resources whose reads fail as if their objects were stored at a version this server's
+    /// scheme lacks.
+    undecodable: Vec<Undecodable>,
     catalog: Catalog,
     documents: Documents,
     openapi: openapi::OpenApiDocs,
@@ -137,6 +159,7 @@ impl StandIn {
             legacy_only: false,
             git_version: "v1.34.0-standin".to_owned(),
             deprecations: Vec::new(),
+            undecodable: Vec::new(),
         })
     }
 
@@ -152,6 +175,22 @@ impl StandIn {
             group_version.to_owned(),
             header_value(&format!("299 - \"{quoted}\"")),
         ));
+        self
+    }
+
+    /// Answers every read (get, list) of `resource` in `stored_group_version`'s group, at any
+    /// version, with the `500` kube-apiserver sends when an object in storage was written at a
+    /// version its scheme no longer has (1.37 reading PodGroups 1.36 stored at
+    /// `scheduling.k8s.io/v1alpha2`): `StorageError: corrupt object ... object not decodable
+    /// ...: no kind "KIND" is registered for version "GROUP/VERSION"` (the message of
+    /// `k8s.io/apiserver/pkg/storage` `NewCorruptObjError` around the scheme's
+    /// `NewNotRegisteredErrForKind`).
+    pub fn undecodable(mut self, stored_group_version: &str, resource: &str, kind: &str) -> Self {
+        self.undecodable.push(Undecodable {
+            group_version: stored_group_version.to_owned(),
+            resource: resource.to_owned(),
+            kind: kind.to_owned(),
+        });
         self
     }
 
@@ -186,6 +225,7 @@ impl StandIn {
             name: header_value(&self.name),
             git_version: self.git_version,
             deprecations: self.deprecations,
+            undecodable: self.undecodable,
             catalog,
             documents,
             openapi,

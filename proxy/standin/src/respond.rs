@@ -166,6 +166,35 @@ pub(super) fn not_served() -> Response<Body> {
     )
 }
 
+/// 500, kube-apiserver's answer to a read of an object stored at a version its scheme lacks
+/// (`k8s.io/apiserver/pkg/storage/errors.go` `NewCorruptObjError`, the message of the scheme's
+/// `notRegisteredErr`).
+pub(super) fn undecodable(
+    u: &super::Undecodable,
+    namespace: Option<&str>,
+    name: Option<&str>,
+) -> Response<Body> {
+    let group = u.group();
+    let qualified = if group.is_empty() {
+        u.resource.clone()
+    } else {
+        format!("{}.{group}", u.resource)
+    };
+    let key = format!(
+        "/registry/{}/{}/{}",
+        u.resource,
+        namespace.unwrap_or("default"),
+        name.unwrap_or("stored-earlier")
+    );
+    let message = format!(
+        "failed to read one or more {qualified} from the storage: StorageError: corrupt object, \
+         Code: 7, Key: {key}, ResourceVersion: 0, AdditionalErrorMsg: object not decodable: \
+         no kind \"{}\" is registered for version \"{}\" in scheme \"pkg/runtime/scheme.go:111\"",
+        u.kind, u.group_version
+    );
+    Status::failure(StatusCode::INTERNAL_SERVER_ERROR, "InternalError", message).into_response()
+}
+
 /// 405, for a verb the resource's discovery entry does not list.
 pub(super) fn method_not_allowed() -> Response<Body> {
     Status::failure(

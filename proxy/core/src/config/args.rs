@@ -165,8 +165,8 @@ pub struct ServeArgs {
     #[arg(long, help = with_default("Most client connections open at once; a new one over it gets 503", defaults::MAX_CONNECTIONS))]
     pub max_connections: Option<u64>,
     /// Most distinct clients named in mvproxy_skew_requests_total,
-    /// mvproxy_client_list_requests_total and /debug/clients; later ones count as "other"
-    #[arg(long, help = with_default("Most distinct clients named in mvproxy_skew_requests_total, mvproxy_client_list_requests_total and /debug/clients; later ones count as \"other\"", defaults::MAX_TRACKED_CLIENTS))]
+    /// mvproxy_client_requests_total and /debug/clients; later ones count as "other"
+    #[arg(long, help = with_default("Most distinct clients named in mvproxy_skew_requests_total, mvproxy_client_requests_total and /debug/clients; later ones count as \"other\"", defaults::MAX_TRACKED_CLIENTS))]
     pub max_tracked_clients: Option<u64>,
     /// Serve the admin listener over TLS with this certificate (PEM); every request is then
     /// authenticated and authorized by the local API server (TokenReview, SubjectAccessReview)

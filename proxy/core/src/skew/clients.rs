@@ -1,7 +1,7 @@
 //! The clients seen using GVRs in the skew, bounded: what `/debug/clients` shows and what the
 //! `client` label of `mvproxy_skew_requests_total` may be. Its names are also the `client`
-//! label of `mvproxy_client_list_requests_total` ([`Clients::name`]), so a client that only
-//! lists and watches takes a name too, and one client has one label in every family.
+//! label of `mvproxy_client_requests_total` ([`Clients::name`]), so every client of a resource
+//! takes a name, whatever it uses, and one client has one label in every family.
 //!
 //! Any client can send any `User-Agent`, so the set of names must not grow with them: the
 //! first `max` distinct clients are tracked by name, every later one is counted as
@@ -110,7 +110,7 @@ impl Clients {
     }
 
     /// The `client` label of `agent`, from the same bounded set of names as
-    /// [`Clients::record_use`], recording no use (`mvproxy_client_list_requests_total`): a
+    /// [`Clients::record_use`], recording no use (`mvproxy_client_requests_total`): a
     /// client first seen here takes a name while there is room, so the label of one client
     /// is the same in every family.
     pub fn name(&self, agent: &Agent) -> Arc<str> {

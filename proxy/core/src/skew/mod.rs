@@ -20,11 +20,12 @@
 //! responses that carry kube-apiserver's deprecation warning for the API requested
 //! (`mvproxy_deprecated_requests_total`, `deprecated` in `/debug/clients`).
 //!
-//! Every list and watch is also counted per client, under the same names
-//! (`mvproxy_client_list_requests_total`), and the watches each holds open
+//! Every resource request is also counted per client and verb, under the same names
+//! (`mvproxy_client_requests_total`), and the watches each holds open
 //! (`mvproxy_client_watches_open`, [`watches`]): a rolling upgrade breaks every watch on the
-//! server it restarts, and this is where a relist storm would show. Other requests pay one
-//! comparison of their verb for it: no `User-Agent` read, no lock.
+//! server it restarts, and this is where a relist storm would show, beside the load each client
+//! puts on the proxy. That costs every resource request a read of its `User-Agent` and one
+//! short lock (`bench/PERF_NOTES.md`, thirteenth round, counts it).
 //!
 //! Some harm of the skew no routing undoes: an object whose finalizer only another release's
 //! kube-controller-manager removes never finishes deleting. Only `DELETE` responses of the
@@ -49,7 +50,7 @@ use std::time::SystemTime;
 
 use http::header::{CONTENT_ENCODING, CONTENT_TYPE, HeaderName, USER_AGENT, WARNING};
 use http::{HeaderMap, HeaderValue, Response, StatusCode};
-use mvproxy_telemetry::metrics::client_lists::{self, ClientListLabels, ClientWatchLabels};
+use mvproxy_telemetry::metrics::client_requests::{self, ClientRequestLabels, ClientWatchLabels};
 use mvproxy_telemetry::metrics::undecodable::{UNKNOWN_RELEASE, UndecodableLabels};
 use mvproxy_telemetry::metrics::{
     DeletionWaitingLabels, DeprecatedLabels, Metrics, REMOVED_IN_UNKNOWN, SkewLabels, TargetLabels,
@@ -132,11 +133,11 @@ impl SkewClients {
         self
     }
 
-    /// The request path's hook: counts a resource request whose GVR is in the skew of `snap`,
-    /// or that the target release does not serve, and every list and watch
-    /// (`mvproxy_client_list_requests_total`, on arrival, whatever answers it). `headers` are
-    /// the request's after identity rewriting. Returns who sent a resource request this proxy counts, for
-    /// [`SkewClients::answered`].
+    /// The request path's hook: counts every resource request by client and verb
+    /// (`mvproxy_client_requests_total`, on arrival, whatever answers it), and those whose GVR
+    /// is in the skew of `snap` or that the target release does not serve. `headers` are the
+    /// request's after identity rewriting. Returns who sent a resource request this proxy
+    /// counts, for [`SkewClients::answered`].
     pub fn observe(
         &self,
         snap: &Snapshot,
@@ -162,30 +163,24 @@ impl SkewClients {
             self.deletions
                 .manager_wrote(agent.as_bytes(), SystemTime::now());
         }
-        // The one comparison every other request pays for the list and watch counter.
-        let read = client_lists::verb(req.verb);
         let side = snap.skew_side(&req.gvr);
         let target = self.target.as_deref().and_then(|t| {
             let verdict = t.judge(&req.gvr, snap);
             verdict.availability().map(|a| (t, verdict, a))
         });
-        if read.is_none() && side.is_none() && target.is_none() {
-            return Some(requester);
-        }
         let agent = requester.agent();
-        if let Some(verb) = read {
-            let client = self.clients.name(&agent);
-            self.metrics
-                .client_reads
-                .requests
-                .get_or_create(&ClientListLabels {
-                    client: client.to_string(),
-                    verb,
-                })
-                .inc();
-            if verb == client_lists::WATCH {
-                requester.watcher = Some(client);
-            }
+        let client = self.clients.name(&agent);
+        let verb = client_requests::verb(req.verb);
+        self.metrics
+            .client_requests
+            .requests
+            .get_or_create(&ClientRequestLabels {
+                client: client.to_string(),
+                verb,
+            })
+            .inc();
+        if verb == client_requests::WATCH {
+            requester.watcher = Some(client);
         }
         if side.is_none() && target.is_none() {
             return Some(requester);
@@ -238,7 +233,7 @@ impl SkewClients {
         }
         let gauge = self
             .metrics
-            .client_reads
+            .client_requests
             .watches_open
             .get_or_create(&ClientWatchLabels {
                 client: client.to_string(),
@@ -546,17 +541,17 @@ mod tests {
             .collect()
     }
 
-    fn list_lines(registry: &Registry) -> BTreeMap<String, String> {
+    fn request_lines(registry: &Registry) -> BTreeMap<String, String> {
         let (text, _) = mvproxy_telemetry::metrics::encode(registry, false).unwrap();
         text.lines()
-            .filter(|l| l.starts_with("mvproxy_client_list_requests_total{"))
+            .filter(|l| l.starts_with("mvproxy_client_requests_total{"))
             .filter_map(|l| l.rsplit_once(' '))
             .map(|(s, v)| (s.to_owned(), v.to_owned()))
             .collect()
     }
 
     #[test]
-    fn lists_and_watches_are_counted_per_client_within_the_bound_and_nothing_else() {
+    fn every_resource_request_is_counted_per_client_and_verb_within_the_bound() {
         let mut registry = Registry::default();
         let metrics = Arc::new(Metrics::register(&mut registry));
         let r = SkewClients::new(2, metrics, HeaderName::from_static("x-remote-user"));
@@ -573,9 +568,12 @@ mod tests {
         for info in [&list, &list, &watch, &get, &get, &create] {
             observe(info, KUBECTL);
         }
-        // a client that only gets takes no name: the scheduler gets the second one
+        // a client that only gets takes the second name
         observe(&get, "getter/v1 (linux/amd64) kubernetes/abc");
         observe(&list, "kube-scheduler/v1.31.0 (linux/amd64) kubernetes/abc");
+        // a non-resource request is not a client's use of the API
+        let version = classify(&Method::GET, "/version", None);
+        observe(&version, KUBECTL);
         // random agents past the bound: one `other` series, however many there are
         for i in 0..500 {
             observe(
@@ -588,18 +586,20 @@ mod tests {
         assert!(r.observe(&snap, &list, &hop, &request(KUBECTL)).is_none());
 
         let series = |client: &str, verb: &str| {
-            format!("mvproxy_client_list_requests_total{{client=\"{client}\",verb=\"{verb}\"}}")
+            format!("mvproxy_client_requests_total{{client=\"{client}\",verb=\"{verb}\"}}")
         };
         let want: BTreeMap<String, String> = [
             (series("kubectl", "list"), "2"),
             (series("kubectl", "watch"), "1"),
-            (series("kube-scheduler", "list"), "1"),
-            (series(OTHER_CLIENT, "list"), "500"),
+            (series("kubectl", "get"), "2"),
+            (series("kubectl", "create"), "1"),
+            (series("getter", "get"), "1"),
+            (series(OTHER_CLIENT, "list"), "501"),
         ]
         .into_iter()
         .map(|(s, v)| (s, v.to_owned()))
         .collect();
-        assert_eq!(list_lines(&registry), want);
+        assert_eq!(request_lines(&registry), want);
         // Named, but with no use of the skew to show in /debug/clients.
         let report = r.report(&snap);
         assert_eq!(report["tracked_clients"], 2, "{report}");

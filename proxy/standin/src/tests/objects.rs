@@ -338,3 +338,58 @@ async fn bad_input_gets_status_answers_not_panics() -> TestResult {
     server.shutdown().await;
     Ok(())
 }
+
+#[tokio::test]
+async fn reads_of_an_undecodable_resource_fail_as_kube_apiserver_does_and_writes_do_not()
+-> TestResult {
+    let apis = fixture("kube-apiserver-1.34-dev/aggregated_v2.json")?;
+    let server = StandIn::new("undecodable", &apis)?
+        .undecodable("apps/v1beta9", "deployments", "Deployment")
+        .start(([127, 0, 0, 1], 0).into())
+        .await?;
+    let deployments = format!("{}/apis/apps/v1/namespaces/ns1/deployments", server.url());
+    let created = post(
+        &deployments,
+        &json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"}}),
+    )
+    .await?;
+    assert_eq!(created.status, StatusCode::CREATED);
+    for (url, key) in [
+        (
+            deployments.clone(),
+            "/registry/deployments/ns1/stored-earlier",
+        ),
+        (
+            format!("{deployments}/web"),
+            "/registry/deployments/ns1/web",
+        ),
+    ] {
+        let r = get(&url, "application/json").await?;
+        assert_eq!(r.status, StatusCode::INTERNAL_SERVER_ERROR, "{url}");
+        let status = r.json()?;
+        assert_eq!(status["reason"], "InternalError");
+        assert_eq!(status["code"], 500);
+        let message = status["message"].as_str().ok_or("message")?;
+        assert!(
+            message.starts_with(
+                "failed to read one or more deployments.apps from the storage: StorageError: corrupt object"
+            ),
+            "{message}"
+        );
+        for part in [
+            &format!("Key: {key},"),
+            "object not decodable",
+            r#"no kind "Deployment" is registered for version "apps/v1beta9""#,
+        ] {
+            assert!(message.contains(part), "{part} in {message}");
+        }
+    }
+    // other resources of the group read as ever
+    let r = get(
+        &format!("{}/apis/apps/v1/namespaces/ns1/replicasets", server.url()),
+        "application/json",
+    )
+    .await?;
+    assert_eq!(r.status, StatusCode::OK);
+    Ok(())
+}
