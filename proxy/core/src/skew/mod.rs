@@ -24,8 +24,8 @@
 //! (`mvproxy_client_requests_total`), and the watches each holds open
 //! (`mvproxy_client_watches_open`, [`watches`]): a rolling upgrade breaks every watch on the
 //! server it restarts, and this is where a relist storm would show, beside the load each client
-//! puts on the proxy. That costs every resource request a read of its `User-Agent` and one
-//! short lock (`bench/PERF_NOTES.md`, thirteenth round, counts it).
+//! puts on the proxy. A client is named once per `User-Agent` and user ([`requests`]); after
+//! that its requests cost a hash and a read lock.
 //!
 //! Some harm of the skew no routing undoes: an object whose finalizer only another release's
 //! kube-controller-manager removes never finishes deleting. Only `DELETE` responses of the
@@ -42,6 +42,7 @@ pub mod deleted;
 pub mod deletions;
 pub mod finalizers;
 pub mod inspect;
+pub mod requests;
 pub mod undecodable;
 pub mod watches;
 
@@ -50,7 +51,7 @@ use std::time::SystemTime;
 
 use http::header::{CONTENT_ENCODING, CONTENT_TYPE, HeaderName, USER_AGENT, WARNING};
 use http::{HeaderMap, HeaderValue, Response, StatusCode};
-use mvproxy_telemetry::metrics::client_requests::{self, ClientRequestLabels, ClientWatchLabels};
+use mvproxy_telemetry::metrics::client_requests::{self, ClientWatchLabels};
 use mvproxy_telemetry::metrics::undecodable::{UNKNOWN_RELEASE, UndecodableLabels};
 use mvproxy_telemetry::metrics::{
     DeletionWaitingLabels, DeprecatedLabels, Metrics, REMOVED_IN_UNKNOWN, SkewLabels, TargetLabels,
@@ -103,6 +104,8 @@ pub struct SkewClients {
     deletions: Deletions,
     /// Objects stored at a version a server that answered could not decode.
     undecodable: Undecodable,
+    /// `mvproxy_client_requests_total`'s counters per sender already named.
+    requests: requests::RequestCounters,
 }
 
 impl SkewClients {
@@ -115,6 +118,7 @@ impl SkewClients {
             target: None,
             deletions: Deletions::default(),
             undecodable: Undecodable::default(),
+            requests: requests::RequestCounters::default(),
         }
     }
 
@@ -168,23 +172,21 @@ impl SkewClients {
             let verdict = t.judge(&req.gvr, snap);
             verdict.availability().map(|a| (t, verdict, a))
         });
-        let agent = requester.agent();
-        let client = self.clients.name(&agent);
         let verb = client_requests::verb(req.verb);
-        self.metrics
-            .client_requests
-            .requests
-            .get_or_create(&ClientRequestLabels {
-                client: client.to_string(),
-                verb,
-            })
-            .inc();
+        let sender = (requester.agent.clone(), requester.user.clone());
+        let client = self.requests.count(
+            &sender,
+            verb,
+            &self.metrics.client_requests.requests,
+            || self.clients.name(&requester.agent()),
+        );
         if verb == client_requests::WATCH {
             requester.watcher = Some(client);
         }
         if side.is_none() && target.is_none() {
             return Some(requester);
         }
+        let agent = requester.agent();
         let now = SystemTime::now();
         if let Some(side) = side {
             let client = self.clients.record(&agent, &req.gvr, side, now);
