@@ -96,7 +96,12 @@ fn series(scrape: &str) -> Vec<&str> {
 async fn ten_thousand_made_up_paths_add_no_series() {
     let h = Harness::new(&["apiserver-b"], Limits::default());
     h.fetched("apiserver-a", Ok(view(&[PODS])));
-    let (status, _, _) = send(&h, get("/apis/made-up-0.example/v1/namespaces/x/things0")).await;
+    // a get, as all those below are: each verb counted has its series per client
+    let (status, _, _) = send(
+        &h,
+        get("/apis/made-up-0.example/v1/namespaces/x/things0/o0"),
+    )
+    .await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
     let first = h.scrape();
     let before: Vec<String> = series(&first)
