@@ -29,16 +29,18 @@ impl Cluster {
     /// whose deletion waits on a finalizer neither release's controller-manager removes) and
     /// cannot decode the PodGroups stored at `v1alpha1` (every read of them fails).
     pub async fn start_rehearsal() -> Cluster {
-        let a = StandIn::new(
-            "apiserver-a",
-            &with_group_of_1_36(&apis_134(), "scheduling.k8s.io"),
-        )
-        .expect("fixture parses")
-        .git_version("v1.34.0")
-        .undecodable("scheduling.k8s.io/v1alpha1", "podgroups", "PodGroup")
-        .start("127.0.0.1:0".parse().expect("addr"))
-        .await
-        .expect("stand-in starts");
+        let a = StandIn::new("apiserver-a", &apis_134())
+            .expect("fixture parses")
+            .group_of(
+                &fixture("kube-apiserver-1.36.3/aggregated_v2.json"),
+                "scheduling.k8s.io",
+            )
+            .expect("1.36.3 serves scheduling.k8s.io")
+            .git_version("v1.34.0")
+            .undecodable("scheduling.k8s.io/v1alpha1", "podgroups", "PodGroup")
+            .start("127.0.0.1:0".parse().expect("addr"))
+            .await
+            .expect("stand-in starts");
         let b = Release::Old
             .deprecation_warnings()
             .iter()
@@ -171,23 +173,4 @@ pub fn object(api_version: &str, kind: &str, name: &str) -> serde_json::Value {
         "metadata": {"name": name, "namespace": "default"},
         "spec": {},
     })
-}
-
-/// `apis` (an aggregated `APIGroupDiscoveryList`) with its entry for `group` replaced by
-/// kube-apiserver 1.36.3's.
-fn with_group_of_1_36(apis: &str, group: &str) -> String {
-    let mut apis: serde_json::Value = serde_json::from_str(apis).expect("fixture parses");
-    let newer: serde_json::Value =
-        serde_json::from_str(&fixture("kube-apiserver-1.36.3/aggregated_v2.json"))
-            .expect("fixture parses");
-    let named = |v: &serde_json::Value| v["metadata"]["name"] == group;
-    let entry = newer["items"]
-        .as_array()
-        .and_then(|items| items.iter().find(|i| named(i)))
-        .expect("1.36.3 serves the group")
-        .clone();
-    let items = apis["items"].as_array_mut().expect("items");
-    items.retain(|i| !named(i));
-    items.push(entry);
-    apis.to_string()
 }

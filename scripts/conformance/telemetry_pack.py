@@ -55,6 +55,15 @@ OLD_CLIENT = {"User-Agent": "legacy-controller/v0.9 (linux/amd64) kubernetes/abc
 # headers, where mvproxy's server and client spans end (docs/telemetry.md; a watch has a span
 # of its own for its lifetime), come later than the slow policy's 500 ms.
 SLOW_PATH = "/api/v1/namespaces/default/configmaps"
+# What no proxy fixes, for the overview's panels of it: apiserver-2 also serves 1.36's
+# scheduling.k8s.io, whose PodGroups carry a finalizer only a 1.36 controller-manager removes
+# (neither release here runs one: every deletion waits), and cannot decode the PodGroups stored
+# at v1alpha1 (every read fails with 500).
+PODGROUPS_PATH = "/apis/scheduling.k8s.io/v1alpha2/namespaces/default/podgroups"
+PODGROUP_FINALIZER = "scheduling.k8s.io/podgroup-protection"
+DISCOVERY_1_36 = "fixtures/discovery/kube-apiserver-1.36.3/aggregated_v2.json"
+# A watch held open on cp-1 throughout (mvproxy_client_watches_open), renewed as it ends.
+WATCH_PATH = LOCAL_PATH + "?watch=true&timeoutSeconds=10"
 SLOW_HEADERS = {"x-standin-delay-ms": "700"}
 SCRAPE_INTERVAL_S = 15  # deploy/prometheus/prometheus.yml global.scrape_interval
 # Grafana's $__rate_interval: max($__interval + scrape interval, 4 * scrape interval), with the
@@ -431,7 +440,7 @@ class Pack:
         self.table = Table()
         self.rng = random.Random(a.seed)
         self.stop_bg = threading.Event()
-        self.bg_thread = None
+        self.bg_threads = []
         self.bg_count = 0
 
     def start(self, name, argv, env=None):
@@ -469,9 +478,9 @@ class Pack:
         wait_for("the collector's prometheus exporter",
                  http_ok(f"http://127.0.0.1:{self.spanmetrics_port}/metrics"), 60, procs=[p])
 
-    def start_standin(self, name, release):
+    def start_standin(self, name, release, extra=()):
         port = free_port()
-        p = self.start(name, [self.a.standin, name, release, f"127.0.0.1:{port}"])
+        p = self.start(name, [self.a.standin, name, release, f"127.0.0.1:{port}", *extra])
         url = f"http://127.0.0.1:{port}"
         wait_for(name, http_ok(url + "/readyz"), 60, procs=[p])
         return url
@@ -527,9 +536,30 @@ class Pack:
                 self.send(self.proxies[0], PEER_ONLY_PATH)
             if i % 4 == 0:
                 self.send(self.proxies[2], OLD_ONLY_PATH, extra=OLD_CLIENT)
+            if i % 4 == 2:
+                self.unfixable(i)
             i += 1
             self.bg_count += 3
             self.stop_bg.wait(0.35)
+
+    def unfixable(self, i):
+        """Through cp-1 (forwarded to apiserver-2): a PodGroup created with its finalizer and
+        deleted (left waiting), and a list of PodGroups (undecodable)."""
+        obj = {"apiVersion": "scheduling.k8s.io/v1alpha2", "kind": "PodGroup",
+               "metadata": {"name": f"pg-{i}", "finalizers": [PODGROUP_FINALIZER]}}
+        headers = {"Accept": "application/json", "Content-Type": "application/json"}
+        base = self.proxies[0] + PODGROUPS_PATH
+        try:
+            http(base, headers, 5, json.dumps(obj).encode(), "POST")
+            http(f"{base}/pg-{i}", headers, 5, method="DELETE")
+        except OSError:
+            pass
+        self.send(self.proxies[0], PODGROUPS_PATH, timeout=5)
+
+    def watcher(self):
+        """One watch open on cp-1 at a time until the background load stops."""
+        while not self.stop_bg.is_set():
+            self.send(self.proxies[0], WATCH_PATH, timeout=20)
 
     def known_mix(self):
         """The healthy part of the known mix: fast local, peer-routed and slow requests, each
@@ -652,7 +682,10 @@ class Pack:
         tempo_sink, tempo_otlp = self.start_jaeger("jaeger-tempo-sink")
         jaeger, jaeger_otlp = self.start_jaeger("jaeger")
         self.start_collector(tempo_otlp, jaeger_otlp)
-        stand = [self.start_standin("apiserver-1", "1.31"), self.start_standin("apiserver-2", "1.34"),
+        unfixable = ["--group-of", os.path.join(self.repo, DISCOVERY_1_36), "scheduling.k8s.io",
+                     "--undecodable", "scheduling.k8s.io/v1alpha1", "podgroups", "PodGroup"]
+        stand = [self.start_standin("apiserver-1", "1.31"),
+                 self.start_standin("apiserver-2", "1.34", unfixable),
                  self.start_standin("apiserver-3", "1.31")]
         listens = [free_port() for _ in range(3)]
         # Peers are the other proxies (the hop shows in both proxies' telemetry).
@@ -674,8 +707,10 @@ class Pack:
         wait_for("peer routing", lambda: self.send(self.proxies[0], PEER_ONLY_PATH)[0] == 200, 60)
 
         self.bg_targets = list(self.proxies)
-        self.bg_thread = threading.Thread(target=self.background)
-        self.bg_thread.start()
+        self.bg_threads = [threading.Thread(target=self.background),
+                           threading.Thread(target=self.watcher)]
+        for th in self.bg_threads:
+            th.start()
         mix_start = time.time()
         cats = self.known_mix()
         mix_end = time.time()
@@ -802,7 +837,8 @@ class Pack:
 
         self.check_provisioning(prom, jaeger)
         self.stop_bg.set()
-        self.bg_thread.join(timeout=30)
+        for th in self.bg_threads:
+            th.join(timeout=30)
         self.export_resilience(stand[0], tempo_otlp, jaeger_otlp)
         return t
 
@@ -1085,8 +1121,8 @@ class Pack:
 
     def stop(self):
         self.stop_bg.set()
-        if self.bg_thread:
-            self.bg_thread.join(timeout=30)
+        for th in self.bg_threads:
+            th.join(timeout=30)
         for p in reversed(self.procs):
             p.stop()
 

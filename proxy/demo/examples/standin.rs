@@ -5,8 +5,15 @@
 //! stand-in warns about `flowcontrol.apiserver.k8s.io/v1beta3` as kube-apiserver 1.31 does, so
 //! the per-client deprecation counts have something to count.
 //!
+//! For the rehearsal's panels of what no proxy fixes, two options add to that surface:
+//! `--group-of FILE GROUP` serves GROUP as another server's aggregated discovery document FILE
+//! does (1.36's `scheduling.k8s.io`, whose PodGroups carry a finalizer only 1.36's
+//! controller-manager removes), and `--undecodable GROUP_VERSION RESOURCE KIND` fails every
+//! read of RESOURCE as a server does whose storage holds it at a version its scheme lacks.
+//!
 //! ```text
-//! cargo run -p mvproxy-demo --example standin -- NAME 1.31|1.34 127.0.0.1:PORT
+//! cargo run -p mvproxy-demo --example standin -- NAME 1.31|1.34 127.0.0.1:PORT \
+//!     [--group-of FILE GROUP]... [--undecodable GROUP_VERSION RESOURCE KIND]...
 //! ```
 //!
 //! Prints `ready URL` on stdout once it listens; stops on SIGTERM or Ctrl-C.
@@ -17,11 +24,34 @@ use std::process::ExitCode;
 use mvproxy_demo::catalog::{self, Release};
 use mvproxy_standin::StandIn;
 
-const USAGE: &str = "usage: standin NAME 1.31|1.34 LISTEN_ADDR";
+const USAGE: &str = "usage: standin NAME 1.31|1.34 LISTEN_ADDR [--group-of FILE GROUP]... \
+                     [--undecodable GROUP_VERSION RESOURCE KIND]...";
+
+/// The options after the three positional arguments, applied in order.
+fn with_options(mut standin: StandIn, mut options: &[String]) -> Result<StandIn, String> {
+    loop {
+        match options {
+            [] => return Ok(standin),
+            [flag, file, group, rest @ ..] if flag == "--group-of" => {
+                let json = std::fs::read_to_string(file)
+                    .map_err(|e| format!("--group-of: {file}: {e}"))?;
+                standin = standin
+                    .group_of(&json, group)
+                    .map_err(|e| format!("--group-of: {file}: {e}"))?;
+                options = rest;
+            }
+            [flag, gv, resource, kind, rest @ ..] if flag == "--undecodable" => {
+                standin = standin.undecodable(gv, resource, kind);
+                options = rest;
+            }
+            [other, ..] => return Err(format!("unknown or incomplete option {other:?}\n{USAGE}")),
+        }
+    }
+}
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let [name, release, listen] = args.as_slice() else {
+    let [name, release, listen, options @ ..] = args.as_slice() else {
         eprintln!("{USAGE}");
         return ExitCode::from(2);
     };
@@ -53,6 +83,13 @@ fn main() -> ExitCode {
         Err(e) => {
             eprintln!("standin: catalog: {e}");
             return ExitCode::FAILURE;
+        }
+    };
+    let standin = match with_options(standin, options) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("standin: {e}");
+            return ExitCode::from(2);
         }
     };
     let runtime = match tokio::runtime::Runtime::new() {

@@ -83,6 +83,32 @@ pub struct StandIn {
     undecodable: Vec<Undecodable>,
 }
 
+/// Why [`StandIn::group_of`] could not take a group from another discovery document.
+#[derive(Debug)]
+pub enum GroupOfError {
+    /// The document is not JSON, or the result is not an `APIGroupDiscoveryList`.
+    Json(serde_json::Error),
+    /// The document has no entry for the group.
+    NotServed(String),
+}
+
+impl std::fmt::Display for GroupOfError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Json(e) => write!(f, "not an aggregated discovery document: {e}"),
+            Self::NotServed(group) => write!(f, "the document does not serve {group:?}"),
+        }
+    }
+}
+
+impl std::error::Error for GroupOfError {}
+
+impl From<serde_json::Error> for GroupOfError {
+    fn from(e: serde_json::Error) -> Self {
+        Self::Json(e)
+    }
+}
+
 /// A started stand-in; dropping it stops the server without waiting.
 #[derive(Debug)]
 pub struct Running {
@@ -192,6 +218,27 @@ impl StandIn {
             kind: kind.to_owned(),
         });
         self
+    }
+
+    /// Serves `group` as `other_apis_json` (another server's aggregated
+    /// `APIGroupDiscoveryList`) describes it, replacing this server's entry for the group or
+    /// adding it: a 1.34 surface that also serves kube-apiserver 1.36.3's `scheduling.k8s.io`.
+    pub fn group_of(mut self, other_apis_json: &str, group: &str) -> Result<Self, GroupOfError> {
+        let named = |v: &serde_json::Value| v["metadata"]["name"] == group;
+        let other: serde_json::Value = serde_json::from_str(other_apis_json)?;
+        let entry = other["items"]
+            .as_array()
+            .and_then(|items| items.iter().find(|i| named(i)))
+            .ok_or_else(|| GroupOfError::NotServed(group.to_owned()))?
+            .clone();
+        let mut apis: serde_json::Value = serde_json::from_str(&self.apis_json)?;
+        if let Some(items) = apis["items"].as_array_mut() {
+            items.retain(|i| !named(i));
+            items.push(entry);
+        }
+        self.apis_json = apis.to_string();
+        self.apis = serde_json::from_str(&self.apis_json)?;
+        Ok(self)
     }
 
     /// Serve only legacy discovery (like a pre-1.26 server): aggregated Accept gets legacy JSON.

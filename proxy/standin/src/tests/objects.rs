@@ -393,3 +393,52 @@ async fn reads_of_an_undecodable_resource_fail_as_kube_apiserver_does_and_writes
     assert_eq!(r.status, StatusCode::OK);
     Ok(())
 }
+
+#[tokio::test]
+async fn a_group_taken_from_another_release_is_served_and_discovered() -> TestResult {
+    let apis = fixture("kube-apiserver-1.34-dev/aggregated_v2.json")?;
+    let podgroups = "/apis/scheduling.k8s.io/v1alpha2/namespaces/default/podgroups";
+    let plain = StandIn::new("plain", &apis)?
+        .start(([127, 0, 0, 1], 0).into())
+        .await?;
+    assert_eq!(
+        get(&format!("{}{podgroups}", plain.url()), "application/json")
+            .await?
+            .status,
+        StatusCode::NOT_FOUND
+    );
+
+    let newer = fixture("kube-apiserver-1.36.3/aggregated_v2.json")?;
+    let server = StandIn::new("mixed", &apis)?
+        .group_of(&newer, "scheduling.k8s.io")?
+        .start(([127, 0, 0, 1], 0).into())
+        .await?;
+    let r = get(&format!("{}{podgroups}", server.url()), "application/json").await?;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(r.json()?["kind"], "PodGroupList");
+    let discovery = get(
+        &format!("{}/apis", server.url()),
+        "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList",
+    )
+    .await?
+    .json()?;
+    let groups: Vec<&str> = discovery["items"]
+        .as_array()
+        .ok_or("items")?
+        .iter()
+        .filter_map(|g| g["metadata"]["name"].as_str())
+        .collect();
+    assert_eq!(
+        groups.iter().filter(|g| **g == "scheduling.k8s.io").count(),
+        1,
+        "{groups:?}"
+    );
+    assert!(groups.contains(&"apps"), "the rest is kept: {groups:?}");
+
+    let missing = StandIn::new("missing", &apis)?.group_of(&newer, "nope.example.com");
+    assert!(
+        matches!(&missing, Err(crate::GroupOfError::NotServed(g)) if g == "nope.example.com"),
+        "{missing:?}"
+    );
+    Ok(())
+}
