@@ -19,8 +19,12 @@
 //! hyper's HTTP/2 client (as mvproxy does; requests without a body only); `H2FLOOR_SERVER=hyper`
 //! (with `H2FLOOR_UPSTREAM=hyper`) serves clients with hyper's server too, a bare hyper relay
 //! with hyper's structure and none of mvproxy's work. Together they tell the costs apart.
+//! With `H2FLOOR_SERVER=hyper` it offers HTTP/1.1 too (ALPN `h2`, `http/1.1`) and serves an
+//! HTTP/1.1 client with hyper's HTTP/1.1 server, each request sent on as an HTTP/2 stream, as
+//! mvproxy does: the floor of the HTTP/1.1 rows (`bench/PERF_NOTES.md`, fourteenth round).
 //! Run it with
-//! `PROTOS=h2 bench/realpath.sh mvproxy=target/release/mvproxy floor=target/release/examples/h2floor`.
+//! `PROTOS=h2 bench/realpath.sh mvproxy=target/release/mvproxy floor=target/release/examples/h2floor`
+//! (a variant through a wrapper script that sets its variables).
 
 use std::collections::HashMap;
 use std::error::Error;
@@ -66,7 +70,11 @@ fn main() -> Result<(), BoxError> {
             tls::load_certs(Path::new(&cert))?,
             tls::load_key(Path::new(&key))?,
         )?;
+    let hyper_server = std::env::var("H2FLOOR_SERVER").is_ok_and(|v| v == "hyper");
     server.alpn_protocols = vec![b"h2".to_vec()];
+    if hyper_server {
+        server.alpn_protocols.push(b"http/1.1".to_vec());
+    }
     let mut client = tls::client_config(Path::new(&ca), None)?;
     client.alpn_protocols = vec![b"h2".to_vec()];
     // One thread, as mvproxy runs when pinned to one core (the benchmark pins both).
@@ -75,12 +83,12 @@ fn main() -> Result<(), BoxError> {
         .build()?
         .block_on(async move {
             let through_hyper = std::env::var("H2FLOOR_UPSTREAM").is_ok_and(|v| v == "hyper");
-            let upstream = connect(&local.parse()?, Arc::new(client), through_hyper).await?;
+            let base: Uri = local.parse()?;
+            let upstream = connect(&base, Arc::new(client), through_hyper).await?;
             if let Some(admin) = args.get("admin-listen") {
                 tokio::spawn(admin_server(TcpListener::bind(admin).await?));
             }
             let task_per_stream = std::env::var("H2FLOOR_STREAMS").is_ok_and(|v| v == "task");
-            let hyper_server = std::env::var("H2FLOOR_SERVER").is_ok_and(|v| v == "hyper");
             if hyper_server && !through_hyper {
                 return Err("h2floor: H2FLOOR_SERVER=hyper needs H2FLOOR_UPSTREAM=hyper".into());
             }
@@ -91,7 +99,7 @@ fn main() -> Result<(), BoxError> {
                 tcp.set_nodelay(true)?;
                 let (acceptor, upstream) = (acceptor.clone(), upstream.clone());
                 if let (true, Upstream::Hyper(send)) = (hyper_server, &upstream) {
-                    tokio::spawn(serve_hyper(tcp, acceptor, send.clone()));
+                    tokio::spawn(serve_hyper(tcp, acceptor, send.clone(), base.clone()));
                     continue;
                 }
                 let serve = serve(tcp, acceptor, upstream, task_per_stream);
@@ -184,31 +192,49 @@ async fn serve(
     Ok(())
 }
 
-/// One client connection served by hyper, each request sent on through hyper's client and its
-/// answer streamed back by hyper.
+/// One client connection served by hyper (HTTP/2, or HTTP/1.1 when the handshake chose it),
+/// each request sent on through hyper's HTTP/2 client against `base` and its answer streamed
+/// back by hyper.
 async fn serve_hyper(
     tcp: TcpStream,
     acceptor: TlsAcceptor,
     upstream: hyper::client::conn::http2::SendRequest<Empty<Bytes>>,
+    base: Uri,
 ) {
     let tls = match acceptor.accept(tcp).await {
         Ok(tls) => tls,
         Err(e) => return eprintln!("h2floor: TLS: {e}"),
     };
+    let http1 = tls.get_ref().1.alpn_protocol() != Some(b"h2");
     let service = hyper::service::service_fn(move |request: Request<hyper::body::Incoming>| {
         let mut upstream = upstream.clone();
+        let base = base.clone();
         async move {
-            let (head, body) = request.into_parts();
+            let (mut head, body) = request.into_parts();
             if !hyper::body::Body::is_end_stream(&body) {
                 return Err("h2floor: a request body through hyper's client".to_owned());
             }
+            // An HTTP/1.1 request's origin form, made absolute for the HTTP/2 stream; its
+            // connection-level headers are not HTTP/2's.
+            let mut uri = base.into_parts();
+            uri.path_and_query = head.uri.path_and_query().cloned();
+            head.uri = Uri::from_parts(uri).map_err(|e| e.to_string())?;
+            head.headers.remove(http::header::HOST);
+            head.headers.remove(http::header::CONNECTION);
             let answer = upstream.send_request(Request::from_parts(head, Empty::new()));
             answer.await.map_err(|e| e.to_string())
         }
     });
-    let served = hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
-        .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
-        .await;
+    let io = hyper_util::rt::TokioIo::new(tls);
+    let served = if http1 {
+        hyper::server::conn::http1::Builder::new()
+            .serve_connection(io, service)
+            .await
+    } else {
+        hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+            .serve_connection(io, service)
+            .await
+    };
     report("client connection", served);
 }
 
