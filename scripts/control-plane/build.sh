@@ -7,7 +7,8 @@
 # go.mod and go.sum are committed.
 #
 # Binaries are cached by version under ${XDG_CACHE_HOME:-$HOME/.cache}/mvproxy/<component>-<version>/
-# together with a hash of the inputs (go.mod, go.sum, flags), so a second run only checks hashes.
+# together with a hash of the inputs (go.mod, go.sum, flags), so a second run only checks hashes;
+# a lock file per component beside them lets concurrent callers share one build.
 #
 # usage: build.sh [component-version ...]   (default: what the conformance suite's default pair
 #        runs, 1.35.4 and 1.36.3 on etcd 3.6.16; e.g. build.sh kube-apiserver-v1.37.2 etcd-v3.7.0)
@@ -53,6 +54,11 @@ for t in "${targets[@]}"; do
       ;;
     *) echo "build.sh: no recipe for $comp" >&2; exit 2 ;;
   esac
+  # One build of a component at a time (.ci/run starts them in the background while the
+  # conformance parts ask for them): a second caller waits here, then finds it cached.
+  mkdir -p "$cache"
+  exec {lock}>"$cache/$t.lock"
+  flock "$lock"
   inputs=$(cat "$mod/go.mod" "$mod/go.sum" "$mod"/*.go 2>/dev/null; echo "$ldflags"; go env GOVERSION)
   want=$(printf '%s' "$inputs" | sha256sum | cut -d' ' -f1)
   if [ -x "$bin" ] && [ "$(cat "$out/inputs.sha256" 2>/dev/null)" = "$want" ]; then
@@ -69,6 +75,7 @@ for t in "${targets[@]}"; do
     echo "$want" >"$out/inputs.sha256"
     echo "build.sh: built $t in $(( $(date +%s) - start ))s" >&2
   fi
+  exec {lock}>&-
   for p in $pkgpath; do
     [ "$p" = . ] && p=$comp
     name=$(echo "${p##*/}-v$ver" | tr 'a-z.-' 'A-Z__')

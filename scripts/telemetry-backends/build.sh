@@ -62,12 +62,23 @@ build_jaeger() {
   echo "jaeger $JAEGER_VERSION built $bin $((SECONDS - t0))"
 }
 
+# One build of a backend at a time (.ci/run starts them in the background while the
+# telemetry-pack part asks for them): a second caller waits here, then finds it cached.
+locked() {
+  local lock
+  mkdir -p "$cache"
+  exec {lock}>"$cache/$1.lock"
+  flock "$lock"
+  "build_$1"
+  exec {lock}>&-
+}
+
 components=("$@")
 [ ${#components[@]} -gt 0 ] || components=(otelcol jaeger)
 for c in "${components[@]}"; do
   case "$c" in
-    otelcol) build_otelcol ;;
-    jaeger) build_jaeger ;;
+    otelcol) locked otelcol ;;
+    jaeger) locked jaeger ;;
     *) log "unknown component: $c (otelcol, jaeger)"; exit 2 ;;
   esac
 done
