@@ -30,9 +30,18 @@ odd repeats), measured with each client protocol:
 * at a fixed RATE (default 2000 req/s; h2load `--rps` from 4 connections of up to 4 streams, or
   16 HTTP/1.1 connections): CPU per request, and p50/p99 of h2load's per-request latencies
   minus the upstream's own (the upstream measured straight, over the same client protocol, in
-  the same repeat). h2load sends on a timer but measures from when a request leaves, so a
-  stall that holds back later requests is not charged to them: at 2000 req/s, a tenth of what
-  every proxy here serves on a quiet machine, that is rare.
+  the same repeat), with the requests arriving in two ways:
+  - **spread**: the connections open one per millisecond (`-r 1 --rate-period 1ms`), so their
+    timers are out of step and requests arrive two at a time, a millisecond apart: a fixed
+    rate as a server sees many independent clients;
+  - **in step**: the connections open together and their timers fire together, so every
+    request of a round arrives at once (16 HTTP/1.1 requests every 8 ms, or 4 connections'
+    requests every 2 ms): a burst, as when clients are woken by the same event. A request's
+    wait is then mostly the requests served before it in its burst (bench/PERF_NOTES.md,
+    fifteenth round).
+  h2load measures from when a request leaves, so a stall that holds back later requests is not
+  charged to them: at 2000 req/s, a tenth of what every proxy here serves on a quiet machine,
+  that is rare.
 
 Ratios are to HAProxy over the same client protocol in the same repeat; the table gives the
 median and the spread (min–max) over REPEATS (default 3) repeats of DURATION (default 3s).
@@ -169,12 +178,23 @@ def closed(port, proto, duration, connections, streams):
     return h2load(port, proto, ["-D", duration, "-c", str(connections), "-m", str(streams if proto == "h2" else 1)])
 
 
-def open_loop(port, proto, duration, rate, work):
-    """`rate` req/s from 4 connections of 4 streams (HTTP/2) or 16 connections (HTTP/1.1): the
-    requests served, and p50 and p99 of their latency in µs (from h2load's per-request log)."""
+def open_loop(port, proto, duration, rate, work, spread):
+    """`rate` req/s from 4 connections of 4 streams (HTTP/2) or 16 connections (HTTP/1.1), their
+    timers `spread` a millisecond apart or in step: the requests served, and p50 and p99 of their
+    latency in µs (from h2load's per-request log)."""
     clients, streams = (4, 4) if proto == "h2" else (16, 1)
     log = os.path.join(work, "latency.tsv")
-    n = h2load(port, proto, ["-D", duration, "-c", str(clients), "-m", str(streams), f"--rps={rate / clients:g}"], log)
+    # h2load appends to its log file.
+    if os.path.exists(log):
+        os.unlink(log)
+    args = ["-c", str(clients), "-m", str(streams), f"--rps={rate / clients:g}"]
+    if spread:
+        # -r and -D are exclusive in h2load: the same run length, as a count.
+        count = round(rate * float(duration.rstrip("s")))
+        args += ["-r", "1", "--rate-period", "1ms", "-n", str(count)]
+    else:
+        args += ["-D", duration]
+    n = h2load(port, proto, args, log)
     lat = sorted(int(line.split("\t")[2]) for line in open(log) if line.count("\t") >= 2)
     os.unlink(log)
     return n, lat[len(lat) // 2], lat[min(len(lat) - 1, len(lat) * 99 // 100)]
@@ -295,17 +315,19 @@ def main():
                                         "--stdio", "-g", "none", "--sort", "dso,symbol"], stdout=f,
                                        stderr=subprocess.DEVNULL)
                     print(f"  profile of {name}: {data}", flush=True)
-                m, p50, p99 = open_loop(port, proto, duration, rate, work)
+                m, p50, p99 = open_loop(port, proto, duration, rate, work, spread=True)
                 c2 = lt.cpu_seconds(proxy)
+                _, step50, step99 = open_loop(port, proto, duration, rate, work, spread=False)
                 r = {"cpu": (c1 - c0) / n * 1e6, "sys": (s1 - s0) / n * 1e6, "up": (u1 - u0) / n * 1e6, "rps": n / float(duration.rstrip("s")),
                      "cpu_rate": (c2 - c1) / m * 1e6,
                      "syscalls": calls / n if calls is not None else float("nan"),
-                     "switches": switches / n if switches is not None else float("nan"), "p50": p50, "p99": p99, "rss": lt.rss_mb(proxy)}
+                     "switches": switches / n if switches is not None else float("nan"), "p50": p50, "p99": p99,
+                     "step50": step50, "step99": step99, "rss": lt.rss_mb(proxy)}
                 results[(name, proto)].append(r)
                 print(f"  [{rep + 1}] {name:14} {proto}  {r['cpu']:5.1f} µs/req closed (system {r['sys']:4.1f}, upstream {r['up']:4.1f}), "
                       f"{r['rps']:6.0f} req/s, {r['syscalls']:4.2f} syscalls/req, "
                       f"{r['switches']:4.2f} switches/req, {r['cpu_rate']:5.1f} µs/req at {rate}/s, p50 {p50:5.0f} µs, "
-                      f"p99 {p99:6.0f} µs", flush=True)
+                      f"p99 {p99:6.0f} µs, in step p50 {step50:5.0f} µs, p99 {step99:6.0f} µs", flush=True)
         table = render(results, ports, protos, reps, duration, rate, connections, streams)
         print()
         print(table)
@@ -335,9 +357,9 @@ def render(results, ports, protos, reps, duration, rate, connections, streams):
         "",
         "| configuration | client | CPU per request, closed loop | of which system | vs HAProxy | "
         "upstream's CPU per request | system calls per request | context switches per request | "
-        f"throughput | CPU per request at {rate} req/s | vs HAProxy | added p50 at {rate} req/s | "
-        f"added p99 | RSS |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        f"throughput | CPU per request at {rate} req/s | vs HAProxy | added p50 at {rate} req/s, spread | "
+        f"added p99, spread | added p50, in step | added p99, in step | RSS |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for name in ports:
         for proto in protos:
@@ -359,7 +381,8 @@ def render(results, ports, protos, reps, duration, rate, connections, streams):
                             f"{rng(vals('sys'), '{:.1f}')} µs | — | — | {rng(vals('syscalls'), '{:.2f}')} | "
                             f"{rng(vals('switches'), '{:.2f}')} | {rng(vals('rps'), '{:.0f}')} req/s | {rng(vals('cpu_rate'), '{:.1f}')} µs | — | "
                             f"p50 {rng(vals('p50'), '{:.0f}')} µs (absolute) | p99 {rng(vals('p99'), '{:.0f}')} µs "
-                            f"(absolute) | {med(vals('rss')):.1f} MB |")
+                            f"(absolute) | p50 {rng(vals('step50'), '{:.0f}')} µs (absolute) | "
+                            f"p99 {rng(vals('step99'), '{:.0f}')} µs (absolute) | {med(vals('rss')):.1f} MB |")
                 continue
             label = {"haproxy": "HAProxy (1 thread), `proto h2` over TLS out",
                      "nginx": "nginx (1 worker), HTTP/1.1 over TLS out"}.get(name, f"{name}, HTTP/2 over TLS out")
@@ -368,7 +391,7 @@ def render(results, ports, protos, reps, duration, rate, connections, streams):
                         f"{rng(vals('up'), '{:.1f}')} µs | {rng(vals('syscalls'), '{:.2f}')} | "
                         f"{rng(vals('switches'), '{:.2f}')} | {rng(vals('rps'), '{:.0f}')} req/s | "
                         f"{rng(vals('cpu_rate'), '{:.1f}')} µs | {ratio('cpu_rate')} | {added('p50')} | "
-                        f"{added('p99')} | {med(vals('rss')):.1f} MB |")
+                        f"{added('p99')} | {added('step50')} | {added('step99')} | {med(vals('rss')):.1f} MB |")
     return "\n".join(rows) + "\n"
 
 
