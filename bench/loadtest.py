@@ -274,6 +274,14 @@ def oha(port, duration, h2, rate=None, connections=16):
     if rate:
         argv += ["-q", str(rate), "--latency-correction"]
     argv.append(f"{scheme}://127.0.0.1:{port}{PATH}")
+    res = oha_run(argv, port)
+    lat = res["latencyPercentiles"]
+    return res["served"], res["summary"]["requestsPerSec"], lat["p50"] * 1e6, lat["p99"] * 1e6
+
+
+def oha_run(argv, port):
+    """Runs oha (`argv`, JSON output) and returns its report, with `served`: the requests answered
+    200; exits on any other status or any error but a request cut off at the end of the run."""
     res = json.loads(subprocess.run(argv, capture_output=True, text=True, check=True).stdout)
     codes = res.get("statusCodeDistribution", {})
     bad = {k: v for k, v in codes.items() if k != "200"}
@@ -281,8 +289,8 @@ def oha(port, duration, h2, rate=None, connections=16):
     errors = {k: v for k, v in res.get("errorDistribution", {}).items() if "deadline" not in k}
     if bad or errors:
         sys.exit(f"errors under load on port {port}: {bad} {errors}")
-    lat = res["latencyPercentiles"]
-    return sum(codes.values()), res["summary"]["requestsPerSec"], lat["p50"] * 1e6, lat["p99"] * 1e6
+    res["served"] = sum(codes.values())
+    return res
 
 
 # === setup ===

@@ -14,14 +14,11 @@
 # e.g. "env MALLOC_ARENA_MAX=1"), MVPROXY_BIN (a prebuilt binary instead of building).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-OHA_VERSION=1.16.0
 
 # shellcheck source=need-tools.sh
 . bench/need-tools.sh
 need_tools nginx:nginx-light haproxy:haproxy wrk:wrk openssl:openssl taskset:util-linux python3:python3
-if ! command -v oha >/dev/null || [[ "$(oha --version)" != *"$OHA_VERSION"* ]]; then
-  cargo install oha --version "$OHA_VERSION" --locked -q
-fi
+need_oha
 if [[ -z "${MVPROXY_BIN:-}" ]]; then
   cargo build --release -p mvproxy --bin mvproxy -q
   MVPROXY_BIN=target/release/mvproxy

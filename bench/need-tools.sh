@@ -10,3 +10,12 @@ need_tools() {
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
   fi
 }
+
+# need_oha: the pinned oha (HTTP/1.1 and HTTP/2 load with fixed rates and bursts), built with cargo
+# when missing or another version.
+OHA_VERSION=1.16.0
+need_oha() {
+  if ! command -v oha >/dev/null || [[ "$(oha --version)" != *"$OHA_VERSION"* ]]; then
+    cargo install oha --version "$OHA_VERSION" --locked -q
+  fi
+}

@@ -6,7 +6,7 @@
 #   bench/realpath.sh OLD new=NEW NEW@0.1      several builds (and sampled export) side by side
 #
 # From a fresh Debian machine: installs nginx-light, haproxy, h2load (nghttp2-client) and openssl
-# (apt). Variables: REPEATS, DURATION, RATE, CONNECTIONS, STREAMS, PROTOS, PROFILE,
+# (apt), and oha (cargo). Variables: REPEATS, DURATION, RATE, CONNECTIONS, STREAMS, PROTOS, PROFILE,
 # MVPROXY_ENV. The table is printed and written to target/loadtest/realpath.md. Loopback only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,6 +14,7 @@ cd "$(dirname "$0")/.."
 # shellcheck source=need-tools.sh
 . bench/need-tools.sh
 need_tools nginx:nginx-light haproxy:haproxy h2load:nghttp2-client openssl:openssl taskset:util-linux python3:python3 perf:linux-perf
+need_oha
 if (($# == 0)); then
   cargo build --release -p mvproxy --bin mvproxy -q
 fi
