@@ -6,9 +6,10 @@
 # certificate, its subject as the X-Remote-* headers, HTTP/2 over TLS to the server with the
 # front-proxy certificate; its default threads, one per CPU, as mvproxy's workers), and
 # bench/realcp/main.go: one keep-alive client per destination on Go's HTTP/2 over TLS, as
-# kubectl's, sending the same GET in turn straight and through each proxy. Prints a markdown
-# table of p50/p90/p99 and what each proxy added, per repeat, and each proxy's CPU time per
-# request (its threads' run time over the client's run, from /proc). Everything it starts is
+# kubectl's, then on Go's HTTP/1.1 keep-alive over TLS, sending the same GET in turn straight
+# and through each proxy. Prints, per client protocol, a markdown table of p50/p90/p99 and what
+# each proxy added, per repeat, and each proxy's CPU time per request (its threads' run time
+# over the client's run, from /proc). Everything it starts is
 # stopped by PID when it exits. Needs root (the API server runs in its own UTS namespace),
 # HAProxy (apt) and the loopback address 127.0.0.3 (the API server on :6443, mvproxy on :7443,
 # HAProxy on :7444).
@@ -17,7 +18,8 @@
 # target/loadtest/realcp.perf.data with a flat report beside it.
 #
 # usage: bench/realcp.sh        env: N (rounds per repeat, default 2000), REPEATS (3),
-#                                    REQ_PATH (default /api/v1/namespaces/default), PROFILE
+#                                    REQ_PATH (default /api/v1/namespaces/default), PROFILE,
+#                                    PROTOS (the client protocols, default "h2 h1")
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 [ "$(id -u)" -eq 0 ] || { echo "realcp.sh: needs root" >&2; exit 2; }
@@ -74,8 +76,9 @@ for _ in $(seq 1 60); do
 done
 cp_log "kube-apiserver $(cp_curl "$ip" /version | jq -r .gitVersion) on $ip:$CP_PORT, mvproxy on $ip:7443, HAProxy on $ip:7444; load average $(cut -d' ' -f1-3 /proc/loadavg)"
 mvp_pid=$(cp_pid mvproxy) ha_pid=$(cp_pid haproxy)
-# Nanoseconds every thread of process $1 has run (the first field of each task's schedstat).
-run_ns() { cat /proc/"$1"/task/*/schedstat | awk '{s += $1} END {printf "%d", s}'; }
+# Nanoseconds every thread of process $1 has run (the first field of each task's schedstat);
+# "%.0f": mawk's "%d" stops at 2^31, 2.1 s.
+run_ns() { cat /proc/"$1"/task/*/schedstat | awk '{s += $1} END {printf "%.0f", s}'; }
 perf_pid=
 if [ -n "${PROFILE:-}" ]; then
   out="$root/target/loadtest"
@@ -83,15 +86,17 @@ if [ -n "${PROFILE:-}" ]; then
   perf record -q -e cpu-clock -g -p "$mvp_pid" -o "$out/realcp.perf.data" 2>/dev/null &
   perf_pid=$!
 fi
-mvp0=$(run_ns "$mvp_pid") ha0=$(run_ns "$ha_pid")
-"$client" -ca "$pki/ca.crt" -cert "$pki/admin.crt" -key "$pki/admin.key" \
-  -straight "https://$ip:$CP_PORT" -via "mvproxy=https://$ip:7443" -via "haproxy=https://$ip:7444" \
-  -path "${REQ_PATH:-/api/v1/namespaces/default}" -n "${N:-2000}" -repeats "${REPEATS:-3}"
-mvp1=$(run_ns "$mvp_pid") ha1=$(run_ns "$ha_pid")
 # realcp/main.go sends 200 warm-up requests to each, then N per repeat.
 proxied=$((200 + ${N:-2000} * ${REPEATS:-3}))
 per_request() { awk -v d=$(($2 - $1)) -v n=$proxied 'BEGIN {printf "%.1f", d / n / 1000}'; }
-cp_log "CPU per proxied request ($proxied requests each): mvproxy $(per_request "$mvp0" "$mvp1") µs, HAProxy $(per_request "$ha0" "$ha1") µs"
+for proto in ${PROTOS:-h2 h1}; do
+  mvp0=$(run_ns "$mvp_pid") ha0=$(run_ns "$ha_pid")
+  "$client" -proto "$proto" -ca "$pki/ca.crt" -cert "$pki/admin.crt" -key "$pki/admin.key" \
+    -straight "https://$ip:$CP_PORT" -via "mvproxy=https://$ip:7443" -via "haproxy=https://$ip:7444" \
+    -path "${REQ_PATH:-/api/v1/namespaces/default}" -n "${N:-2000}" -repeats "${REPEATS:-3}"
+  mvp1=$(run_ns "$mvp_pid") ha1=$(run_ns "$ha_pid")
+  cp_log "$proto client, CPU per proxied request ($proxied requests each): mvproxy $(per_request "$mvp0" "$mvp1") µs, HAProxy $(per_request "$ha0" "$ha1") µs"
+done
 if [ -n "$perf_pid" ]; then
   kill -INT "$perf_pid"
   wait "$perf_pid" || true
