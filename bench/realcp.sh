@@ -9,10 +9,9 @@
 # kubectl's, then on Go's HTTP/1.1 keep-alive over TLS, sending the same GET in turn straight
 # and through each proxy. Prints, per client protocol, a markdown table of p50/p90/p99 and what
 # each proxy added, per repeat, and each proxy's CPU time per request (its threads' run time
-# over the client's run, from /proc). Everything it starts is
-# stopped by PID when it exits. Needs root (the API server runs in its own UTS namespace),
-# HAProxy (apt) and the loopback address 127.0.0.3 (the API server on :6443, mvproxy on :7443,
-# HAProxy on :7444).
+# over the client's run, from /proc). Everything it starts is stopped by PID when it exits.
+# Needs root (the API server runs in its own UTS namespace), HAProxy (apt) and the loopback
+# address 127.0.0.3 (the API server on :6443, mvproxy on :7443, HAProxy on :7444).
 #
 # With PROFILE=1 it records `perf record -e cpu-clock -g` of mvproxy over the run into
 # target/loadtest/realcp.perf.data with a flat report beside it.

@@ -184,17 +184,27 @@ def closed(port, proto, duration, connections, streams):
     return h2load(port, proto, ["-D", duration, "-c", str(connections), "-m", str(streams if proto == "h2" else 1)])
 
 
+def shape(proto):
+    """The open-loop client, the same for both measurements: (connections, streams on each), 16
+    requests in flight at most, as BURST."""
+    return (4, 4) if proto == "h2" else (BURST, 1)
+
+
+def seconds(duration):
+    """A duration as h2load and oha take it ("3s") in seconds."""
+    return float(duration.rstrip("s"))
+
+
 def spread(port, proto, duration, rate, work):
-    """`rate` req/s from 4 connections of 4 streams (HTTP/2) or 16 connections (HTTP/1.1), their
-    timers a millisecond apart: the requests served, and p50 and p99 of their latency in µs (from
-    h2load's per-request log)."""
-    clients, streams = (4, 4) if proto == "h2" else (16, 1)
+    """`rate` req/s from the connections of `shape`, their timers a millisecond apart: the
+    requests served, and p50 and p99 of their latency in µs (from h2load's per-request log)."""
+    clients, streams = shape(proto)
     log = os.path.join(work, "latency.tsv")
     # h2load appends to its log file.
     if os.path.exists(log):
         os.unlink(log)
     # -r and -D are exclusive in h2load: the run length as a count.
-    count = round(rate * float(duration.rstrip("s")))
+    count = round(rate * seconds(duration))
     args = ["-c", str(clients), "-m", str(streams), f"--rps={rate / clients:g}",
             "-r", "1", "--rate-period", "1ms", "-n", str(count)]
     n = h2load(port, proto, args, log)
@@ -204,12 +214,13 @@ def spread(port, proto, duration, rate, work):
 
 
 def bursts(port, proto, duration, rate, ca):
-    """`rate` req/s as bursts of 16 requests sent together (oha), from 16 HTTP/1.1 connections or
-    4 HTTP/2 connections of 4 streams: the rate reached, and p50 and p99 of the latency in µs."""
+    """`rate` req/s as bursts of BURST requests sent together (oha), from the connections of
+    `shape`: the rate reached, and p50 and p99 of the latency in µs."""
+    clients, streams = shape(proto)
     delay_ms = max(1.0, BURST * 1000 / rate - BURST_LATE_MS)
     argv = ["taskset", "-c", lt.LOAD_CORE, "oha", "--no-tui", "--output-format", "json", "-z", duration,
             "--burst-delay", f"{delay_ms * 1000:.0f}us", "--burst-rate", str(BURST), "--cacert", ca]
-    argv += ["--http2", "-c", "4", "-p", "4"] if proto == "h2" else ["-c", str(BURST)]
+    argv += ["-c", str(clients)] + (["--http2", "-p", str(streams)] if proto == "h2" else [])
     argv.append(f"https://127.0.0.1:{port}{lt.PATH}")
     res = lt.oha_run(argv, port)
     lat = res["latencyPercentiles"]
@@ -334,7 +345,7 @@ def main():
                 m, p50, p99 = spread(port, proto, duration, rate, work)
                 c2 = lt.cpu_seconds(proxy)
                 burst_rps, burst50, burst99 = bursts(port, proto, duration, rate, ca)
-                r = {"cpu": (c1 - c0) / n * 1e6, "sys": (s1 - s0) / n * 1e6, "up": (u1 - u0) / n * 1e6, "rps": n / float(duration.rstrip("s")),
+                r = {"cpu": (c1 - c0) / n * 1e6, "sys": (s1 - s0) / n * 1e6, "up": (u1 - u0) / n * 1e6, "rps": n / seconds(duration),
                      "cpu_rate": (c2 - c1) / m * 1e6,
                      "syscalls": calls / n if calls is not None else float("nan"),
                      "switches": switches / n if switches is not None else float("nan"), "p50": p50, "p99": p99,
