@@ -33,25 +33,30 @@
 use std::borrow::Cow;
 use std::fmt;
 
+use compact_str::CompactString;
 use http::Method;
 
 /// group/version/resource; core group is "".
+///
+/// Its parts are [`CompactString`]s, kept inline up to 24 bytes: every resource request is
+/// classified, and owned `String`s cost it four allocations and frees (bench/PERF_NOTES.md,
+/// eighteenth round).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Gvr {
     /// The API group (`""` for core).
-    pub group: String,
+    pub group: CompactString,
     /// The version.
-    pub version: String,
+    pub version: CompactString,
     /// The resource (plural).
-    pub resource: String,
+    pub resource: CompactString,
 }
 
 impl Gvr {
     /// A GVR from its parts.
     pub fn new(
-        group: impl Into<String>,
-        version: impl Into<String>,
-        resource: impl Into<String>,
+        group: impl Into<CompactString>,
+        version: impl Into<CompactString>,
+        resource: impl Into<CompactString>,
     ) -> Self {
         Self {
             group: group.into(),
@@ -91,11 +96,11 @@ pub struct ResourceRequest {
     /// Its group, version and resource.
     pub gvr: Gvr,
     /// `None` where upstream has the empty namespace (cluster-scoped or all namespaces).
-    pub namespace: Option<String>,
+    pub namespace: Option<CompactString>,
     /// The object's name, if the path names one.
-    pub name: Option<String>,
+    pub name: Option<CompactString>,
     /// The subresource (`status`, `log`, `proxy`, …).
-    pub subresource: Option<String>,
+    pub subresource: Option<CompactString>,
     /// kube verb: get, list, watch, create, update, patch, delete, deletecollection, proxy, ...
     /// Empty for HTTP methods upstream has no verb for (OPTIONS, CONNECT, ...).
     pub verb: &'static str,
@@ -274,8 +279,8 @@ impl ResourceRequest {
     }
 }
 
-fn non_empty(s: &str) -> Option<String> {
-    (!s.is_empty()).then(|| s.to_owned())
+fn non_empty(s: &str) -> Option<CompactString> {
+    (!s.is_empty()).then(|| CompactString::from(s))
 }
 
 fn method_verb(method: &Method) -> &'static str {
@@ -316,13 +321,21 @@ impl<'a> Segments<'a> {
         let mut first = [""; MAX_SEGMENTS];
         let mut len = 0;
         let trimmed = path.trim_matches('/');
-        if !trimmed.is_empty() {
-            for (slot, seg) in trimmed.split('/').enumerate() {
-                if let Some(keep) = first.get_mut(slot) {
-                    *keep = seg;
-                }
-                len += 1;
+        // Split at each '/' byte found by a plain scan: `str::split('/')` searches with
+        // `memchr` from each segment, several times the cost on a path of a few short
+        // segments (bench/PERF_NOTES.md, eighteenth round). A '/' byte is always a character
+        // boundary, so every `get` below succeeds.
+        let mut rest = (!trimmed.is_empty()).then_some(trimmed);
+        while let Some(s) = rest {
+            let (seg, tail) = match s.bytes().position(|b| b == b'/') {
+                Some(at) => (s.get(..at).unwrap_or_default(), s.get(at + 1..)),
+                None => (s, None),
+            };
+            if let Some(keep) = first.get_mut(len) {
+                *keep = seg;
             }
+            len += 1;
+            rest = tail;
         }
         Self { first, len }
     }

@@ -425,9 +425,9 @@ fn record_lookup(app: &App, span: &RequestSpan, info: &RequestInfo, route: &Rout
 fn gvr_labels(info: &RequestInfo) -> (String, String, String) {
     match info {
         RequestInfo::Resource(r) => (
-            r.gvr.group.clone(),
-            r.gvr.version.clone(),
-            r.gvr.resource.clone(),
+            r.gvr.group.as_str().to_owned(),
+            r.gvr.version.as_str().to_owned(),
+            r.gvr.resource.as_str().to_owned(),
         ),
         _ => Default::default(),
     }

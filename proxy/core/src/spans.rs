@@ -167,11 +167,20 @@ pub(crate) fn server(
             if !r.verb.is_empty() {
                 attrs.push(KeyValue::new("k8s.api.verb", r.verb));
             }
-            attrs.push(KeyValue::new("k8s.api.group", r.gvr.group.clone()));
-            attrs.push(KeyValue::new("k8s.api.version", r.gvr.version.clone()));
-            attrs.push(KeyValue::new("k8s.api.resource", r.gvr.resource.clone()));
+            attrs.push(KeyValue::new(
+                "k8s.api.group",
+                r.gvr.group.as_str().to_owned(),
+            ));
+            attrs.push(KeyValue::new(
+                "k8s.api.version",
+                r.gvr.version.as_str().to_owned(),
+            ));
+            attrs.push(KeyValue::new(
+                "k8s.api.resource",
+                r.gvr.resource.as_str().to_owned(),
+            ));
             if let Some(ns) = &r.namespace {
-                attrs.push(KeyValue::new("k8s.namespace.name", ns.clone()));
+                attrs.push(KeyValue::new("k8s.namespace.name", ns.as_str().to_owned()));
             }
         }
         span.set_attributes(attrs);

@@ -370,7 +370,7 @@ pub(crate) fn collection_path(r: &ApiResource) -> String {
 /// `v1` or `group/version`.
 pub(crate) fn api_version(r: &ApiResource) -> String {
     if r.gvr.group.is_empty() {
-        r.gvr.version.clone()
+        r.gvr.version.to_string()
     } else {
         format!("{}/{}", r.gvr.group, r.gvr.version)
     }

@@ -289,9 +289,9 @@ impl ClientReport {
             r.last_seen = r.last_seen.max(last);
             let mut item = GvrUse {
                 gvr: gvr.to_string(),
-                group: gvr.group.clone(),
-                version: gvr.version.clone(),
-                resource: gvr.resource.clone(),
+                group: gvr.group.as_str().to_owned(),
+                version: gvr.version.as_str().to_owned(),
+                resource: gvr.resource.as_str().to_owned(),
                 requests: u.requests,
                 first_seen: first,
                 last_seen: last,

@@ -228,9 +228,9 @@ impl Inner {
         .unwrap_or_else(|| Waiting {
             namespace: object.namespace.clone(),
             name: object.name.clone(),
-            group: gvr.group.clone(),
-            version: gvr.version.clone(),
-            resource: gvr.resource.clone(),
+            group: gvr.group.as_str().to_owned(),
+            version: gvr.version.as_str().to_owned(),
+            resource: gvr.resource.as_str().to_owned(),
             finalizer: f.name,
             controller: f.controller,
             removed_by_release: f.releases(),
@@ -240,7 +240,7 @@ impl Inner {
             first_seen: at,
             last_seen: at,
         });
-        entry.version.clone_from(&gvr.version);
+        gvr.version.as_str().clone_into(&mut entry.version);
         entry.controller_manager_releases = releases.iter().map(Release::to_string).collect();
         entry.judged_by = judged_by;
         entry.deletes += 1;

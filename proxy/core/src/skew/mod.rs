@@ -194,9 +194,9 @@ impl SkewClients {
                 .skew_requests
                 .get_or_create(&SkewLabels {
                     client: client.to_string(),
-                    group: req.gvr.group.clone(),
-                    version: req.gvr.version.clone(),
-                    resource: req.gvr.resource.clone(),
+                    group: req.gvr.group.as_str().to_owned(),
+                    version: req.gvr.version.as_str().to_owned(),
+                    resource: req.gvr.resource.as_str().to_owned(),
                     side: side.as_str(),
                 })
                 .inc();
@@ -212,9 +212,9 @@ impl SkewClients {
                 .target_missing_requests
                 .get_or_create(&TargetMissingLabels {
                     client: client.to_string(),
-                    group: req.gvr.group.clone(),
-                    version: req.gvr.version.clone(),
-                    resource: req.gvr.resource.clone(),
+                    group: req.gvr.group.as_str().to_owned(),
+                    version: req.gvr.version.as_str().to_owned(),
+                    resource: req.gvr.resource.as_str().to_owned(),
                     target: target.label().to_owned(),
                     availability,
                 })
@@ -279,9 +279,9 @@ impl SkewClients {
             .deprecated_requests
             .get_or_create(&DeprecatedLabels {
                 client: client.to_string(),
-                group: req.gvr.group.clone(),
-                version: req.gvr.version.clone(),
-                resource: req.gvr.resource.clone(),
+                group: req.gvr.group.as_str().to_owned(),
+                version: req.gvr.version.as_str().to_owned(),
+                resource: req.gvr.resource.as_str().to_owned(),
                 removed_in: dep
                     .removed_in
                     .map_or_else(|| REMOVED_IN_UNKNOWN.to_owned(), |r| r.to_string()),
@@ -422,7 +422,7 @@ impl SkewClients {
             .get_or_create(&UndecodableLabels {
                 group: found.group.clone(),
                 version: found.version.clone(),
-                resource: gvr.resource.clone(),
+                resource: gvr.resource.as_str().to_owned(),
                 server_release: release.as_deref().unwrap_or(UNKNOWN_RELEASE).to_owned(),
             })
             .inc();
@@ -447,9 +447,9 @@ impl SkewClients {
             self.metrics
                 .deletions_waiting
                 .get_or_create(&DeletionWaitingLabels {
-                    group: gvr.group.clone(),
-                    version: gvr.version.clone(),
-                    resource: gvr.resource.clone(),
+                    group: gvr.group.as_str().to_owned(),
+                    version: gvr.version.as_str().to_owned(),
+                    resource: gvr.resource.as_str().to_owned(),
                     finalizer: f.name,
                     release: f.releases(),
                 })

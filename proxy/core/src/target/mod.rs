@@ -27,6 +27,7 @@ pub mod warning;
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
+use compact_str::CompactString;
 use serde::{Deserialize, Serialize};
 
 use crate::classify::Gvr;
@@ -206,7 +207,7 @@ pub struct Target {
     /// a `--target-discovery` of a release the catalog lacks, what the directory lists).
     can_serve: HashSet<Gvr>,
     /// `(group, resource)` → the first version, in the target's preference, that serves it.
-    preferred: HashMap<(String, String), String>,
+    preferred: HashMap<(CompactString, CompactString), String>,
     /// Groups of the target and of every catalog release with every API on: the built-in APIs.
     builtin_groups: HashSet<String>,
     /// GVRs some catalog release can serve: what may be counted before discovery is synced.
@@ -279,7 +280,10 @@ impl Target {
             for v in &g.versions {
                 for r in &v.resources {
                     preferred
-                        .entry((g.name.clone(), r.clone()))
+                        .entry((
+                            CompactString::from(g.name.as_str()),
+                            CompactString::from(r.as_str()),
+                        ))
                         .or_insert_with(|| v.version.clone());
                 }
             }
@@ -323,7 +327,7 @@ impl Target {
     /// then [`Verdict::OffByDefault`] when the target's release can serve it once turned on,
     /// else [`Verdict::Missing`].
     pub fn judge(&self, gvr: &Gvr, snap: &Snapshot) -> Verdict {
-        if self.serves.contains(gvr) || !self.builtin_groups.contains(&gvr.group) {
+        if self.serves.contains(gvr) || !self.builtin_groups.contains(gvr.group.as_str()) {
             return Verdict::Fine;
         }
         if !self.known.contains(gvr) && snap.serving(gvr).is_none() {

@@ -132,7 +132,7 @@ pub fn deprecation<'a>(
     values: impl IntoIterator<Item = &'a [u8]>,
 ) -> Option<Deprecation> {
     let gv = if gvr.group.is_empty() {
-        gvr.version.clone()
+        gvr.version.as_str().to_owned()
     } else {
         format!("{}/{}", gvr.group, gvr.version)
     };
