@@ -17,8 +17,10 @@
 //! stream's error ends only that stream. `H2FLOOR_STREAMS=task` relays each stream in a task of
 //! its own instead, as hyper's server does, and `H2FLOOR_UPSTREAM=hyper` sends requests through
 //! hyper's HTTP/2 client (as mvproxy does; requests without a body only); `H2FLOOR_SERVER=hyper`
-//! (with `H2FLOOR_UPSTREAM=hyper`) serves clients with hyper's server too, a bare hyper relay
-//! with hyper's structure and none of mvproxy's work. Together they tell the costs apart.
+//! serves clients with hyper's server (requests without a body only). With both it is a bare
+//! hyper relay, hyper's structure and none of mvproxy's work; with the server only, hyper's
+//! server sends each request through `h2`'s client directly, as mvproxy would without hyper's
+//! client (`bench/PERF_NOTES.md`, eighteenth round). Together they tell the costs apart.
 //! With `H2FLOOR_SERVER=hyper` it offers HTTP/1.1 too (ALPN `h2`, `http/1.1`) and serves an
 //! HTTP/1.1 client with hyper's HTTP/1.1 server, each request sent on as an HTTP/2 stream, as
 //! mvproxy does: the floor of the HTTP/1.1 rows (`bench/PERF_NOTES.md`, fourteenth round).
@@ -29,7 +31,9 @@
 use std::collections::HashMap;
 use std::error::Error;
 use std::path::Path;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll, ready};
 
 use bytes::Bytes;
 use futures_util::stream::{FuturesUnordered, StreamExt};
@@ -37,7 +41,8 @@ use h2::RecvStream;
 use h2::client::SendRequest;
 use h2::server::SendResponse;
 use http::{Request, Uri};
-use http_body_util::{BodyExt, Empty};
+use http_body::Frame;
+use http_body_util::{BodyExt, Either, Empty};
 use mvproxy_core::tls;
 use rustls::pki_types::ServerName;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -89,17 +94,14 @@ fn main() -> Result<(), BoxError> {
                 tokio::spawn(admin_server(TcpListener::bind(admin).await?));
             }
             let task_per_stream = std::env::var("H2FLOOR_STREAMS").is_ok_and(|v| v == "task");
-            if hyper_server && !through_hyper {
-                return Err("h2floor: H2FLOOR_SERVER=hyper needs H2FLOOR_UPSTREAM=hyper".into());
-            }
             let listener = TcpListener::bind(&listen).await?;
             let acceptor = TlsAcceptor::from(Arc::new(server));
             loop {
                 let (tcp, _) = listener.accept().await?;
                 tcp.set_nodelay(true)?;
                 let (acceptor, upstream) = (acceptor.clone(), upstream.clone());
-                if let (true, Upstream::Hyper(send)) = (hyper_server, &upstream) {
-                    tokio::spawn(serve_hyper(tcp, acceptor, send.clone(), base.clone()));
+                if hyper_server {
+                    tokio::spawn(serve_hyper(tcp, acceptor, upstream, base.clone()));
                     continue;
                 }
                 let serve = serve(tcp, acceptor, upstream, task_per_stream);
@@ -193,14 +195,9 @@ async fn serve(
 }
 
 /// One client connection served by hyper (HTTP/2, or HTTP/1.1 when the handshake chose it),
-/// each request sent on through hyper's HTTP/2 client against `base` and its answer streamed
-/// back by hyper.
-async fn serve_hyper(
-    tcp: TcpStream,
-    acceptor: TlsAcceptor,
-    upstream: hyper::client::conn::http2::SendRequest<Empty<Bytes>>,
-    base: Uri,
-) {
+/// each request sent on against `base`, through hyper's HTTP/2 client or `h2`'s directly, and
+/// its answer streamed back by hyper.
+async fn serve_hyper(tcp: TcpStream, acceptor: TlsAcceptor, upstream: Upstream, base: Uri) {
     let tls = match acceptor.accept(tcp).await {
         Ok(tls) => tls,
         Err(e) => return eprintln!("h2floor: TLS: {e}"),
@@ -221,8 +218,21 @@ async fn serve_hyper(
             head.uri = Uri::from_parts(uri).map_err(|e| e.to_string())?;
             head.headers.remove(http::header::HOST);
             head.headers.remove(http::header::CONNECTION);
-            let answer = upstream.send_request(Request::from_parts(head, Empty::new()));
-            answer.await.map_err(|e| e.to_string())
+            match &mut upstream {
+                Upstream::Hyper(send) => {
+                    let answer = send.send_request(Request::from_parts(head, Empty::new()));
+                    let answer = answer.await.map_err(|e| e.to_string())?;
+                    Ok(answer.map(Either::Left))
+                }
+                Upstream::H2(send) => {
+                    let mut send = send.clone().ready().await.map_err(|e| e.to_string())?;
+                    let (answer, _) = send
+                        .send_request(Request::from_parts(head, ()), true)
+                        .map_err(|e| e.to_string())?;
+                    let answer = answer.await.map_err(|e| e.to_string())?;
+                    Ok(answer.map(|body| Either::Right(H2Body(body))))
+                }
+            }
         }
     });
     let io = hyper_util::rt::TokioIo::new(tls);
@@ -236,6 +246,36 @@ async fn serve_hyper(
             .await
     };
     report("client connection", served);
+}
+
+/// An `h2` answer's body as hyper's server takes it, its window given back as it is read.
+struct H2Body(RecvStream);
+
+impl http_body::Body for H2Body {
+    type Data = Bytes;
+    type Error = h2::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, h2::Error>>> {
+        match ready!(self.0.poll_data(cx)) {
+            Some(Ok(data)) => {
+                let _ = self.0.flow_control().release_capacity(data.len());
+                Poll::Ready(Some(Ok(Frame::data(data))))
+            }
+            Some(Err(e)) => Poll::Ready(Some(Err(e))),
+            None => Poll::Ready(
+                ready!(self.0.poll_trailers(cx))
+                    .transpose()
+                    .map(|t| t.map(Frame::trailers)),
+            ),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.0.is_end_stream()
+    }
 }
 
 /// One stream: the request to the upstream, its answer back, each body relayed frame by frame
