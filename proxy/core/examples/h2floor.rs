@@ -16,11 +16,11 @@
 //! measurement, not a proxy: no routing, identity, limits, spans, metrics or timeouts, and a
 //! stream's error ends only that stream. `H2FLOOR_STREAMS=task` relays each stream in a task of
 //! its own instead, as hyper's server does, and `H2FLOOR_UPSTREAM=hyper` sends requests through
-//! hyper's HTTP/2 client (as mvproxy does; requests without a body only); `H2FLOOR_SERVER=hyper`
-//! serves clients with hyper's server (requests without a body only). With both it is a bare
-//! hyper relay, hyper's structure and none of mvproxy's work; with the server only, hyper's
-//! server sends each request through `h2`'s client directly, as mvproxy would without hyper's
-//! client (`bench/PERF_NOTES.md`, eighteenth round). Together they tell the costs apart.
+//! hyper's HTTP/2 client (as mvproxy did until the eighteenth round of `bench/PERF_NOTES.md`;
+//! requests without a body only); `H2FLOOR_SERVER=hyper` serves clients with hyper's server
+//! (requests without a body only). With both it is a bare hyper relay, hyper's structure and
+//! none of mvproxy's work; with the server only, hyper's server sends each request through
+//! `h2`'s client directly, as mvproxy does. Together they tell the costs apart.
 //! With `H2FLOOR_SERVER=hyper` it offers HTTP/1.1 too (ALPN `h2`, `http/1.1`) and serves an
 //! HTTP/1.1 client with hyper's HTTP/1.1 server, each request sent on as an HTTP/2 stream, as
 //! mvproxy does: the floor of the HTTP/1.1 rows (`bench/PERF_NOTES.md`, fourteenth round).

@@ -36,50 +36,51 @@
 //! goes to another one: a new one unless another has room, which the connection's other refused
 //! requests then share rather than each dialing its own. A request is sent again at most once
 //! (Go tries up to seven times with a backoff; a second refusal reaches the client as a `503`
-//! with `Retry-After: 1`, and the client decides), and only when its body can be sent again. A request without a
-//! body, the common case (get, list, watch), is kept as its head: one copy of its method, URI
-//! and header map per request, about 0.3 µs (`bench/PERF_NOTES.md`); the extensions are left
-//! out, as hyper's HTTP/2 client reads only the extended-CONNECT protocol, which mvproxy never
-//! sends. A request with a body is never copied: hyper has consumed the body by the time the
-//! server refuses it, and keeping every body for a rare refusal would cost memory on every
-//! write, so its refusal reaches the client (`503`).
+//! with `Retry-After: 1`, and the client decides), and only when its body can be sent again.
+//! A request without a body, the common case (get, list, watch), is kept as its head: one copy
+//! of its method, URI and header map per request, about 0.3 µs (`bench/PERF_NOTES.md`); the
+//! extensions are left out, as they never reach the upstream. A request with a body is never copied: its body has
+//! been sent by the time the server refuses it, and keeping every body for a rare refusal would
+//! cost memory on every write, so its refusal reaches the client (`503`).
 //!
 //! A server that stops answering (a stopped or wedged process, an address whose packets are
 //! dropped) would hold every request sent on its connections until the response-header
 //! timeout. So a connection with requests or response bodies in flight is checked with
-//! `PING`s: when nothing has been read on it for [`KEEP_ALIVE_INTERVAL`], a `PING` is sent, and
-//! when its `ACK` does not arrive within [`KEEP_ALIVE_TIMEOUT`] the connection is closed, its
-//! requests fail (a transport failure, which the caller may send elsewhere) and its response
-//! bodies end. This is Go's `ReadIdleTimeout` and `PingTimeout` (golang.org/x/net
-//! `http2/transport.go`, `(*ClientConn).healthCheck`), with hyper's `keep_alive_interval` and
-//! `keep_alive_timeout`. Unlike Go's, a connection without anything in flight is not pinged
-//! (`keep_alive_while_idle` off): nothing waits on it, and the first request on it sends a
-//! `PING` at once, its last read being older than the interval.
+//! `PING`s: every [`KEEP_ALIVE_INTERVAL`] a `PING` is sent, and when its `ACK` does not arrive
+//! within [`KEEP_ALIVE_TIMEOUT`] the connection is closed, its requests fail (a transport
+//! failure, which the caller may send elsewhere) and its response bodies end. This is Go's
+//! `ReadIdleTimeout` and `PingTimeout` (golang.org/x/net `http2/transport.go`,
+//! `(*ClientConn).healthCheck`), except that Go pings only after an interval with nothing read:
+//! here the timer alone decides, which costs a busy connection a small frame each way every
+//! half second and keeps the reads untimed.
+//! Unlike Go's, a connection without anything in flight is not pinged: nothing waits on it.
 //! A server that answers `PING`s keeps its connections whatever its requests wait for: a watch
 //! with no events, a slow list. A connection given up so is reported to the pool's owner
 //! ([`H2Pool::on_hung`]) even when only response bodies (watches) were in flight, which end
 //! without a request failing that would tell.
 //!
-//! A request that hyper hands back unsent, because its connection closed before hyper took it
-//! (Go's `errClientConnUnusable`), goes to another connection whatever its body. That spends no
-//! replay when the connection came from the pool (a pooled connection may close at any time,
-//! and leaves the pool when it does), and is the one replay when it was opened for the request.
+//! A request whose connection closed before it could be sent (`h2`'s `SendRequest::ready`
+//! fails; Go's `errClientConnUnusable`) goes to another connection whatever its body. That
+//! spends no replay when the connection came from the pool (a pooled connection may close at
+//! any time, and leaves the pool when it does), and is the one replay when it was opened for
+//! the request.
 
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
+use h2::RecvStream;
 use http::{Request, Response, Uri};
 use http_body::{Body as HttpBody, Frame, SizeHint};
 use hyper::body::Incoming;
-use hyper::client::conn::http2;
 use hyper_util::client::legacy::connect::Connection;
-use hyper_util::rt::{TokioExecutor, TokioTimer};
 use prometheus_client::metrics::counter::Counter;
 use tokio::sync::watch;
+
+use stream::{ConnState, SendFailure};
 
 use crate::plumbing::{Body, BoxError, empty};
 
@@ -158,23 +159,23 @@ impl Drop for Dialing<'_> {
 }
 
 struct Conn {
-    send: http2::SendRequest<Body>,
-    streams: Arc<AtomicUsize>,
+    send: h2::client::SendRequest<Bytes>,
+    state: Arc<ConnState>,
 }
 
 /// A stream reserved on a connection; released when the response body (or this) is dropped.
 pub(crate) struct Stream {
-    send: http2::SendRequest<Body>,
+    send: h2::client::SendRequest<Bytes>,
     guard: StreamGuard,
     /// The connection was opened for this request.
     fresh: bool,
 }
 
-struct StreamGuard(Arc<AtomicUsize>);
+struct StreamGuard(Arc<ConnState>);
 
 impl Drop for StreamGuard {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Release);
+        self.0.streams.fetch_sub(1, Ordering::Release);
     }
 }
 
@@ -219,7 +220,7 @@ impl H2Pool {
     /// Open connections (for tests and the watch-scale measurement).
     pub(crate) async fn connections(&self) -> usize {
         let mut conns = self.lock();
-        conns.open.retain(|c| !c.send.is_closed());
+        conns.open.retain(|c| !c.state.is_closed());
         conns.open.len()
     }
 
@@ -230,11 +231,11 @@ impl H2Pool {
         loop {
             let next = {
                 let mut conns = self.lock();
-                conns.open.retain(|c| !c.send.is_closed());
+                conns.open.retain(|c| !c.state.is_closed());
                 if let Some(c) = conns
                     .open
                     .iter()
-                    .find(|c| c.streams.load(Ordering::Acquire) < MAX_STREAMS)
+                    .find(|c| c.state.streams.load(Ordering::Acquire) < MAX_STREAMS)
                 {
                     return Ok(Some(reserve(c, false)));
                 }
@@ -273,8 +274,8 @@ impl H2Pool {
     ) -> Result<Option<Stream>, BoxError> {
         let _dialing = Dialing(self);
         // Boxed: the handshake's future is most of a request's (6.5 KB of 13.6 KB), and every
-        // request's future is copied whole into its task when hyper spawns it, though only the
-        // request that dials ever uses this part (bench/PERF_NOTES.md, eleventh round).
+        // request's future is copied whole into its task when hyper's server spawns it, though
+        // only the request that dials ever uses this part (bench/PERF_NOTES.md, eleventh round).
         let result = Box::pin(self.connect(base)).await;
         let stream = match &result {
             Ok(Some(c)) => {
@@ -306,29 +307,8 @@ impl H2Pool {
             self.no_h2.store(true, Ordering::Relaxed);
             return Ok(None);
         }
-        let (send, conn) = http2::Builder::new(TokioExecutor::new())
-            .timer(TokioTimer::new())
-            .keep_alive_interval(KEEP_ALIVE_INTERVAL)
-            .keep_alive_timeout(KEEP_ALIVE_TIMEOUT)
-            .keep_alive_while_idle(false)
-            .handshake(io)
-            .await?;
-        let hung = self.hung.clone();
-        tokio::spawn(async move {
-            if let Err(e) = conn.await {
-                tracing::debug!(error = %e, "upstream HTTP/2 connection closed");
-                // hyper's keep-alive failure is the only timeout of a connection's own.
-                if e.is_timeout()
-                    && let Some(hung) = hung.get()
-                {
-                    hung(crate::plumbing::causes(&e));
-                }
-            }
-        });
-        Ok(Some(Conn {
-            send,
-            streams: Arc::new(AtomicUsize::new(0)),
-        }))
+        let (send, state) = stream::handshake(io, self.hung.clone()).await?;
+        Ok(Some(Conn { send, state }))
     }
 
     /// Sends `req` (an absolute URI) on `stream`, from [`H2Pool::checkout`]. A request the
@@ -340,50 +320,47 @@ impl H2Pool {
         mut stream: Stream,
         mut req: Request<Body>,
     ) -> Result<Response<UpstreamBody>, BoxError> {
-        *req.version_mut() = http::Version::HTTP_2;
         // What a replay is rebuilt from: kept only for a request without a body.
         let mut head = req.body().is_end_stream().then(|| head_of(&req));
         // The request was sent once more already: whatever happens now is the answer.
         let mut replayed = false;
         loop {
-            let Stream {
-                mut send,
-                guard,
-                fresh,
-            } = stream;
-            let mut e = match send.try_send_request(req).await {
+            let Stream { send, guard, fresh } = stream;
+            let SendFailure { error: e, unsent } = match stream::send(send, &guard.0, req).await {
                 Ok(resp) => {
-                    return Ok(resp.map(|inner| UpstreamBody {
-                        inner,
-                        held: Held::Stream { _guard: guard },
+                    return Ok(resp.map(|body| UpstreamBody {
+                        inner: Inner::H2 {
+                            body,
+                            _guard: guard,
+                        },
+                        held: Held::Nothing,
                     }));
                 }
-                Err(e) => e,
+                Err(failure) => failure,
             };
             // The request to send again, and whether that is its one replay.
-            let (again, replay) = match e.take_message() {
-                // Not sent: the connection closed before hyper took the request. A pooled one
+            let (again, replay) = match unsent {
+                // Not sent: the connection closed before the request could be. A pooled one
                 // can close at any time, and is then out of the pool: no replay is spent on it.
                 Some(unsent) => (Some(unsent), fresh),
-                None if refused_unprocessed(e.error()) => {
+                None if refused_unprocessed(e.as_ref()) => {
                     (head.take().map(|h| h.map(|()| empty())), true)
                 }
                 None => (None, true),
             };
-            let e = e.into_error();
             let Some(again) = again.filter(|_| !(replay && replayed)) else {
-                return Err(e.into());
+                return Err(e);
             };
             tracing::debug!(error = %e, "upstream did not process the request; sending it once more on another connection");
             // No new stream goes to this connection; those in flight on it run to their end.
             self.lock()
                 .open
-                .retain(|c| !Arc::ptr_eq(&c.streams, &guard.0));
+                .retain(|c| !Arc::ptr_eq(&c.state, &guard.0));
             drop(guard);
             stream = match self.checkout(base).await? {
                 Some(s) => s,
                 // The upstream now chose HTTP/1.1: the refusal stands.
-                None => return Err(e.into()),
+                None => return Err(e),
             };
             req = again;
             replayed |= replay;
@@ -395,10 +372,10 @@ impl H2Pool {
 }
 
 fn reserve(c: &Conn, fresh: bool) -> Stream {
-    c.streams.fetch_add(1, Ordering::AcqRel);
+    c.state.streams.fetch_add(1, Ordering::AcqRel);
     Stream {
         send: c.send.clone(),
-        guard: StreamGuard(c.streams.clone()),
+        guard: StreamGuard(c.state.clone()),
         fresh,
     }
 }
@@ -406,30 +383,38 @@ fn reserve(c: &Conn, fresh: bool) -> Stream {
 /// Whether `e`, the failure of a request on an HTTP/2 stream before its response head, says
 /// the server did not process the request: a `GOAWAY` from the server that does not cover the
 /// stream, or a reset from the server with `REFUSED_STREAM` (see the module doc).
-fn refused_unprocessed(e: &hyper::Error) -> bool {
-    let Some(h2) = std::error::Error::source(e).and_then(|s| s.downcast_ref::<h2::Error>()) else {
+fn refused_unprocessed(e: &(dyn std::error::Error + 'static)) -> bool {
+    let Some(h2) = e.downcast_ref::<h2::Error>() else {
         return false;
     };
     h2.is_remote() && (h2.is_go_away() || h2.reason() == Some(h2::Reason::REFUSED_STREAM))
 }
 
-/// An upstream response body. Over HTTP/2 it holds its stream's place until dropped; over
-/// HTTP/1.1 it holds its connection and drives it as the body is read ([`crate::upstream::h1pool`]).
+/// An upstream response body. Over HTTP/2 it holds its stream's place until dropped, and gives
+/// back the stream's flow-control window as it is read; over HTTP/1.1 it holds its connection
+/// and drives it as the body is read ([`crate::upstream::h1pool`]).
 pub struct UpstreamBody {
-    inner: Incoming,
+    inner: Inner,
     held: Held,
+}
+
+enum Inner {
+    H1(Incoming),
+    H2 {
+        body: RecvStream,
+        _guard: StreamGuard,
+    },
 }
 
 enum Held {
     Nothing,
-    Stream { _guard: StreamGuard },
     Conn(CheckedOutConn),
 }
 
 impl From<Incoming> for UpstreamBody {
     fn from(inner: Incoming) -> Self {
         Self {
-            inner,
+            inner: Inner::H1(inner),
             held: Held::Nothing,
         }
     }
@@ -439,7 +424,7 @@ impl UpstreamBody {
     /// A body read over a pooled HTTP/1.1 connection.
     pub(crate) fn with_h1_conn(inner: Incoming, conn: CheckedOutConn) -> Self {
         let mut body = Self {
-            inner,
+            inner: Inner::H1(inner),
             held: Held::Conn(conn),
         };
         body.check_end();
@@ -447,8 +432,9 @@ impl UpstreamBody {
     }
 
     fn check_end(&mut self) {
+        let end = self.is_end_stream();
         if let Held::Conn(conn) = &mut self.held
-            && self.inner.is_end_stream()
+            && end
         {
             conn.finished();
         }
@@ -457,20 +443,24 @@ impl UpstreamBody {
 
 impl HttpBody for UpstreamBody {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = BoxError;
 
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = self.get_mut();
-        let mut polled = Pin::new(&mut this.inner).poll_frame(cx);
+        let inner = match &mut this.inner {
+            Inner::H2 { body, .. } => return poll_h2(body, cx),
+            Inner::H1(inner) => inner,
+        };
+        let mut polled = Pin::new(&mut *inner).poll_frame(cx);
         if polled.is_pending()
             && let Held::Conn(conn) = &mut this.held
         {
             // Nobody else reads this connection: read it, then look again.
             conn.drive(cx);
-            polled = Pin::new(&mut this.inner).poll_frame(cx);
+            polled = Pin::new(inner).poll_frame(cx);
         }
         match &polled {
             Poll::Ready(None) => {
@@ -481,17 +471,48 @@ impl HttpBody for UpstreamBody {
             Poll::Ready(Some(Ok(_))) => this.check_end(),
             _ => {}
         }
-        polled
+        polled.map_err(BoxError::from)
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        match &self.inner {
+            Inner::H1(inner) => inner.is_end_stream(),
+            Inner::H2 { body, .. } => body.is_end_stream(),
+        }
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
+        match &self.inner {
+            Inner::H1(inner) => inner.size_hint(),
+            Inner::H2 { body, .. } if body.is_end_stream() => SizeHint::with_exact(0),
+            Inner::H2 { .. } => SizeHint::default(),
+        }
     }
 }
 
+/// The next frame of an HTTP/2 response body: its data, the window they took given back at
+/// once (the reader has them), then its trailers.
+fn poll_h2(
+    body: &mut RecvStream,
+    cx: &mut Context<'_>,
+) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+    match body.poll_data(cx) {
+        Poll::Ready(Some(Ok(data))) => {
+            // Fails only once the stream is gone, which the next poll reports.
+            let _ = body.flow_control().release_capacity(data.len());
+            Poll::Ready(Some(Ok(Frame::data(data))))
+        }
+        Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e.into()))),
+        Poll::Ready(None) => match body.poll_trailers(cx) {
+            Poll::Ready(Ok(Some(trailers))) => Poll::Ready(Some(Ok(Frame::trailers(trailers)))),
+            Poll::Ready(Ok(None)) => Poll::Ready(None),
+            Poll::Ready(Err(e)) => Poll::Ready(Some(Err(e.into()))),
+            Poll::Pending => Poll::Pending,
+        },
+        Poll::Pending => Poll::Pending,
+    }
+}
+
+mod stream;
 #[cfg(test)]
 mod tests;

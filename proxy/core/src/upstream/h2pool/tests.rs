@@ -425,7 +425,7 @@ async fn a_request_is_sent_again_once_at_most() {
     assert_eq!(status["reason"], "ServiceUnavailable");
     assert_eq!(
         status["message"],
-        "up could not be reached: http2 error: stream error received: refused stream before processing any application logic"
+        "up could not be reached: stream error received: refused stream before processing any application logic"
     );
     server.task.abort();
 }
@@ -505,7 +505,7 @@ async fn a_request_its_pooled_connection_hands_back_unsent_goes_to_another_unrep
         tokio::task::yield_now().await;
     }
     assert_eq!(pool.connections().await, 0);
-    // hyper hands the second back unsent: it goes to a new connection, and when that
+    // the second cannot be sent on it, and is handed back: it goes to a new connection, and when that
     // refuses it, the replay it still has goes to a third
     let resp = pool.send(&server.url, second, get()).await.unwrap();
     assert_eq!(resp.status(), StatusCode::OK);
