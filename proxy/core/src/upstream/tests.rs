@@ -95,7 +95,8 @@ fn upgrade_keeps_connection_upgrade() {
 }
 
 /// A TLS server on loopback offering `alpn`, counting its connections and recording each
-/// request's HTTP version: `/watch` answers headers and then holds the body open, an
+/// request's HTTP version: `/watch` answers headers and then holds the body open, `/echo`
+/// reads the request body whole and answers with it, `/early` answers without reading it, an
 /// upgrade request gets `101`.
 struct TlsServer {
     url: Uri,
@@ -138,6 +139,13 @@ async fn tls_server(alpn: &[&[u8]]) -> TlsServer {
                                 r.headers_mut()
                                     .insert(header::UPGRADE, HeaderValue::from_static("SPDY/3.1"));
                                 r
+                            } else if req.uri().path() == "/echo" {
+                                match req.into_body().collect().await {
+                                    Ok(body) => Response::new(full(body.to_bytes())),
+                                    Err(_) => return Err("the request body failed"),
+                                }
+                            } else if req.uri().path() == "/early" {
+                                Response::new(full("early"))
                             } else if req.uri().path() == "/watch" {
                                 // a body that never ends, as a watch's
                                 let (sender, body) =
@@ -149,7 +157,7 @@ async fn tls_server(alpn: &[&[u8]]) -> TlsServer {
                             };
                             resp.headers_mut()
                                 .insert("x-test", HeaderValue::from_static("1"));
-                            Ok::<_, std::convert::Infallible>(resp)
+                            Ok::<_, &str>(resp)
                         }
                     });
                 let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
@@ -266,5 +274,66 @@ async fn an_upstream_without_http2_gets_http1() {
     assert_eq!(up.http2_connections().await, 0);
     // one connection found out the upstream has no h2, then one per watch in flight
     assert!(server.connections.load(Ordering::SeqCst) >= 4);
+    server.task.abort();
+}
+
+/// A request body sent as `chunks` and never ended while `hold` is set: a client still
+/// uploading.
+fn streamed(chunks: Vec<Bytes>, hold: bool) -> Request<Body> {
+    let (mut tx, body) = http_body_util::channel::Channel::<Bytes, BoxError>::new(1);
+    tokio::spawn(async move {
+        for chunk in chunks {
+            if tx.send_data(chunk).await.is_err() {
+                return;
+            }
+        }
+        if hold {
+            std::future::pending::<()>().await;
+        }
+    });
+    let mut req = Request::new(body.boxed());
+    *req.method_mut() = http::Method::PUT;
+    req
+}
+
+#[tokio::test]
+async fn a_body_larger_than_every_flow_control_window_crosses_http2_both_ways() {
+    let server = tls_server(&[b"h2"]).await;
+    let up = upstream_for(&server);
+    // 3 MiB: over the server's windows for the request and the client's 2 MiB stream window
+    // for the response, so neither crosses unless each side gives its window back as it reads.
+    let sent: Vec<u8> = (0..3 * 1024 * 1024_u32).map(|i| (i % 251) as u8).collect();
+    let mut req = streamed(
+        sent.chunks(100_000).map(Bytes::copy_from_slice).collect(),
+        false,
+    );
+    *req.uri_mut() = "/echo".parse().unwrap();
+    let echoed = tokio::time::timeout(Duration::from_secs(30), async {
+        let resp = up.forward(req, false).await.unwrap();
+        assert_eq!(resp.status(), StatusCode::OK);
+        resp.into_body().collect().await.unwrap().to_bytes()
+    })
+    .await
+    .expect("the body crossed within 30 s");
+    assert_eq!(echoed.len(), sent.len());
+    assert!(echoed == sent, "the echoed body differs");
+    assert_eq!(*server.versions.lock().unwrap(), [http::Version::HTTP_2]);
+    server.task.abort();
+}
+
+#[tokio::test]
+async fn an_answer_that_comes_before_the_request_body_ends_is_not_held_for_it() {
+    let server = tls_server(&[b"h2"]).await;
+    let up = upstream_for(&server);
+    let mut req = streamed(vec![Bytes::from_static(b"partial")], true);
+    *req.uri_mut() = "/early".parse().unwrap();
+    let resp = tokio::time::timeout(Duration::from_secs(10), up.forward(req, false))
+        .await
+        .expect("answered while the body was still open")
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(&body[..], b"early");
+    assert_eq!(*server.versions.lock().unwrap(), [http::Version::HTTP_2]);
     server.task.abort();
 }
