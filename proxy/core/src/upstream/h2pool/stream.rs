@@ -121,6 +121,8 @@ async fn drive<T>(
     let mut awaiting_ack = false;
     loop {
         tokio::select! {
+            // The connection's frames first, without select's random draw: they are why it woke.
+            biased;
             ended = &mut conn => {
                 if let Err(e) = ended {
                     tracing::debug!(error = %e, "upstream HTTP/2 connection closed");
