@@ -309,7 +309,7 @@ impl Upstream {
                 .insert(PEER_PROXIED, HeaderValue::from_static("true"));
         }
         let body = body.map_err(Into::into).boxed();
-        let mut resp = self.send(Request::from_parts(parts, body)).await?;
+        let mut resp = self.send(Request::from_parts(parts, body), upgrade).await?;
         if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
             if let Some(client_upgrade) = client_upgrade {
                 let upstream_upgrade = hyper::upgrade::on(&mut resp);
@@ -344,7 +344,8 @@ impl Upstream {
                 .cloned()
                 .unwrap_or_else(|| PathAndQuery::from_static("/")),
         );
-        self.send(req).await.map_err(|f| f.error)
+        let upgrade = is_upgrade(req.headers());
+        self.send(req, upgrade).await.map_err(|f| f.error)
     }
 
     /// GETs `path` with `headers`; the body is left streaming (a watch).
@@ -358,7 +359,8 @@ impl Upstream {
             .parse()
             .map_err(|e: http::uri::InvalidUri| ProxyError::BadRequest(e.to_string()))?;
         *req.headers_mut() = headers;
-        self.send(req).await.map_err(|f| f.error)
+        let upgrade = is_upgrade(req.headers());
+        self.send(req, upgrade).await.map_err(|f| f.error)
     }
 
     /// Collects at most `limit` bytes of a response body from `path`.
@@ -395,10 +397,21 @@ impl Upstream {
         self.open(path, headers).await
     }
 
-    async fn send(&self, req: Request<Body>) -> Result<Response<UpstreamBody>, Failed> {
+    /// `upgrade`: `req` asks for a protocol upgrade ([`is_upgrade`], said by the caller, which
+    /// has looked already).
+    async fn send(
+        &self,
+        req: Request<Body>,
+        upgrade: bool,
+    ) -> Result<Response<UpstreamBody>, Failed> {
         // A failure after some of it was handed over may leave it applied.
         let may_change = !is_safe(req.method());
-        match tokio::time::timeout(self.response_header_timeout, self.send_on_pool(req)).await {
+        match tokio::time::timeout(
+            self.response_header_timeout,
+            self.send_on_pool(req, upgrade),
+        )
+        .await
+        {
             Ok(Ok(resp)) => Ok(resp),
             Ok(Err(SendError { cause, unsent })) => {
                 if let Some(client) = client_fault(cause.as_ref()) {
@@ -436,8 +449,8 @@ impl Upstream {
     async fn send_on_pool(
         &self,
         mut req: Request<Body>,
+        upgrade: bool,
     ) -> Result<Response<UpstreamBody>, SendError> {
-        let upgrade = is_upgrade(req.headers());
         if let Some(h2) = &self.h2
             && !h2.is_http1()
             && !upgrade

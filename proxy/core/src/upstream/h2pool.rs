@@ -39,9 +39,9 @@
 //! with `Retry-After: 1`, and the client decides), and only when its body can be sent again.
 //! A request without a body, the common case (get, list, watch), is kept as its head: one copy
 //! of its method, URI and header map per request, about 0.3 µs (`bench/PERF_NOTES.md`); the
-//! extensions are left out, as they never reach the upstream. A request with a body is never copied: its body has
-//! been sent by the time the server refuses it, and keeping every body for a rare refusal would
-//! cost memory on every write, so its refusal reaches the client (`503`).
+//! extensions are left out, as they never reach the upstream. A request with a body is never
+//! copied: its body has been sent by the time the server refuses it, and keeping every body for
+//! a rare refusal would cost memory on every write, so its refusal reaches the client (`503`).
 //!
 //! A server that stops answering (a stopped or wedged process, an address whose packets are
 //! dropped) would hold every request sent on its connections until the response-header
