@@ -32,8 +32,10 @@ odd repeats), measured with each client protocol:
   minus the upstream's own (the upstream measured straight, over the same client protocol, in
   the same repeat), with the requests arriving in two ways:
   - **spread**: the connections open one per millisecond (`-r 1 --rate-period 1ms`), so their
-    timers are out of step and requests arrive two at a time, a millisecond apart: a fixed
-    rate as a server sees many independent clients;
+    timers are out of step and requests arrive one or two at a time, a millisecond apart: a
+    fixed rate as a server sees many independent clients. One stream per HTTP/2 connection:
+    h2load's rate timer sends as many requests as the connection has free streams, so with 4
+    streams most requests left in fours, 8 ms apart (bench/PERF_NOTES.md, twentieth round);
   - **in bursts**: 16 requests sent together (oha `--burst-rate 16`; 16 HTTP/1.1 connections,
     or 4 HTTP/2 connections of 4 streams), a burst every 16/RATE s, as when clients are woken by
     the same event. A request's wait is then mostly the requests served before it in its burst.
@@ -185,8 +187,8 @@ def closed(port, proto, duration, connections, streams):
 
 
 def shape(proto):
-    """The open-loop client, the same for both measurements: (connections, streams on each), 16
-    requests in flight at most, as BURST."""
+    """The open-loop client: (connections, streams on each), 16 requests in flight at most, as
+    BURST. `spread` uses its connections with one stream each."""
     return (4, 4) if proto == "h2" else (BURST, 1)
 
 
@@ -198,14 +200,14 @@ def seconds(duration):
 def spread(port, proto, duration, rate, work):
     """`rate` req/s from the connections of `shape`, their timers a millisecond apart: the
     requests served, and p50 and p99 of their latency in µs (from h2load's per-request log)."""
-    clients, streams = shape(proto)
+    clients, _ = shape(proto)
     log = os.path.join(work, "latency.tsv")
     # h2load appends to its log file.
     if os.path.exists(log):
         os.unlink(log)
     # -r and -D are exclusive in h2load: the run length as a count.
     count = round(rate * seconds(duration))
-    args = ["-c", str(clients), "-m", str(streams), f"--rps={rate / clients:g}",
+    args = ["-c", str(clients), "-m", "1", f"--rps={rate / clients:g}",
             "-r", "1", "--rate-period", "1ms", "-n", str(count)]
     n = h2load(port, proto, args, log)
     lat = sorted(int(line.split("\t")[2]) for line in open(log) if line.count("\t") >= 2)
