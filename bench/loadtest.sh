@@ -5,7 +5,8 @@
 #   QUICK=1 bench/loadtest.sh      quick run for trying a change (3 s, one repeat)
 #
 # From a fresh Debian machine: installs nginx-light, haproxy, wrk and openssl (apt), oha
-# (cargo install, pinned), builds mvproxy in release, then runs bench/loadtest.py, which says
+# (cargo install, pinned), builds mvproxy as the image ships it (release_mvproxy in
+# need-tools.sh; MVPROXY_PGO=0: the plain release build), then runs bench/loadtest.py, which says
 # what is measured and how. The table is printed and written to $OUT
 # (default target/loadtest/table.md). Everything listens on 127.0.0.1 only.
 # Variables: QUICK, DURATION (e.g. 10s), REPEATS, RATE (open-loop req/s), CONNECTIONS,
@@ -20,8 +21,7 @@ cd "$(dirname "$0")/.."
 need_tools nginx:nginx-light haproxy:haproxy wrk:wrk openssl:openssl taskset:util-linux python3:python3
 need_oha
 if [[ -z "${MVPROXY_BIN:-}" ]]; then
-  cargo build --release -p mvproxy --bin mvproxy -q
-  MVPROXY_BIN=target/release/mvproxy
+  MVPROXY_BIN=$(release_mvproxy)
 fi
 export MVPROXY_BIN
 exec python3 bench/loadtest.py "$@"

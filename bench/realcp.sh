@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # What mvproxy adds to a request on the real control plane: etcd and one kube-apiserver v1.36.3
-# (built from its Go modules and cached by scripts/control-plane/build.sh), a release mvproxy
+# (built from its Go modules and cached by scripts/control-plane/build.sh), mvproxy as the image
+# ships it (release_mvproxy in bench/need-tools.sh; MVPROXY_PGO=0: the plain release build)
 # in front of it as the shipped configs run it (TLS on both hops, HTTP/2 to the server,
 # front-proxy identity), HAProxy in front of it the same way (TLS in with the client's
 # certificate, its subject as the X-Remote-* headers, HTTP/2 over TLS to the server with the
@@ -30,7 +31,9 @@ export CP_DIR
 trap 'cp_cleanup; rm -rf "$CP_DIR"' EXIT
 trap 'exit 130' INT TERM
 
-(cd "$root" && cargo build --release --locked -q -p mvproxy)
+# shellcheck source=need-tools.sh
+. "$root/bench/need-tools.sh"
+mvproxy_bin="$root/$(cd "$root" && release_mvproxy)"
 client="$CP_DIR/realcp"
 (cd "$root/bench/realcp" && go build -o "$client" .)
 
@@ -40,7 +43,7 @@ cp_pki
 cp_start_etcd
 cp_start_apiserver apiserver "1.36.3" "$ip" defaults
 cp_wait_ready apiserver "$ip"
-"$root/target/release/mvproxy" serve --server-id apiserver --listen "$ip:7443" --admin-listen "$ip:7543" \
+"$mvproxy_bin" serve --server-id apiserver --listen "$ip:7443" --admin-listen "$ip:7543" \
   --local "https://$ip:$CP_PORT" --local-ca-file "$pki/ca.crt" \
   --tls-cert-file "$pki/apiserver.crt" --tls-key-file "$pki/apiserver.key" \
   --proxy-client-cert-file "$pki/front-proxy-client.crt" --proxy-client-key-file "$pki/front-proxy-client.key" \

@@ -2,7 +2,9 @@
 # Builds the mvproxy container image from this checkout, with Debian's podman (installed as
 # root when missing, like scripts/test.sh installs prometheus):
 #   1. a static, stripped release binary (x86_64-unknown-linux-gnu, -C target-feature=+crt-static:
-#      no musl standard library is needed) in its own target dir under the user's cache
+#      no musl standard library is needed), optimised with the profile of scripts/pgo-profile.sh
+#      (trained on a real control plane: needs root and Go; MVPROXY_PGO=0 builds without it, for
+#      machines that have neither), in its own target dir under the user's cache
 #      directory (${XDG_CACHE_HOME:-$HOME/.cache}/mvproxy/image-target), so debug and release
 #      builds elsewhere are not disturbed and a fresh clone (CI) reuses the compiled
 #      dependencies; checked to have no interpreter and no
@@ -18,6 +20,7 @@
 # env:   IMAGE                name:tag (default mvproxy:<workspace version>)
 #        MVPROXY_GIT_COMMIT   the commit to record when there is no .git (default: git rev-parse HEAD)
 #        MVPROXY_SOURCE_URL   the source label (default: the origin remote's URL, else "unknown")
+#        MVPROXY_PGO          0: no profile-guided optimisation (default 1)
 # Prints the image name, its ID and its size; exits non-zero if any step or check fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -55,7 +58,13 @@ target=x86_64-unknown-linux-gnu
 image_target="${XDG_CACHE_HOME:-$HOME/.cache}/mvproxy/image-target"
 log "building the static binary ($image_target) ..."
 t0=$(date +%s)
-RUSTFLAGS="-C target-feature=+crt-static" CARGO_PROFILE_RELEASE_DEBUG=0 CARGO_PROFILE_RELEASE_STRIP=symbols \
+rustflags="-C target-feature=+crt-static"
+case ${MVPROXY_PGO:-1} in
+  1) rustflags+=" -C profile-use=$(scripts/pgo-profile.sh)" ;;
+  0) log "MVPROXY_PGO=0: no profile-guided optimisation" ;;
+  *) echo "image: MVPROXY_PGO must be 0 or 1, not '$MVPROXY_PGO'" >&2; exit 2 ;;
+esac
+RUSTFLAGS=$rustflags CARGO_PROFILE_RELEASE_DEBUG=0 CARGO_PROFILE_RELEASE_STRIP=symbols \
   MVPROXY_GIT_COMMIT=$revision \
   nice -n 10 cargo build --release --locked -q -p mvproxy --target "$target" --target-dir "$image_target"
 bin="$image_target/$target/release/mvproxy"
