@@ -68,7 +68,8 @@ export CP_DIR
 CP_ETCD_VERSION=3.7.0
 OLD=1.36.3 NEW=1.37.2
 # A resource only NEW serves with every API on (scripts/conformance/lib.sh, SKEW_NEW_V).
-SKEW_PATH=/apis/scheduling.k8s.io/v1beta1/namespaces/default/workloads
+SKEW_GROUP=scheduling.k8s.io SKEW_VERSION=v1beta1
+SKEW_PATH=/apis/$SKEW_GROUP/$SKEW_VERSION/namespaces/default/workloads
 # shellcheck source=control-plane/lib.sh
 . "$root/scripts/control-plane/lib.sh"
 trap 'cp_cleanup; rm -rf "$CP_DIR"' EXIT
@@ -124,17 +125,31 @@ done
 for _ in 1 2 3; do
   kc "$CP_DIR/via-a.kc" api-resources >/dev/null
   kc "$CP_DIR/via-b.kc" api-resources >/dev/null
-  kc "$CP_DIR/via-a.kc" get --raw /apis/scheduling.k8s.io/v1beta1 >/dev/null
+  kc "$CP_DIR/via-a.kc" get --raw "/apis/$SKEW_GROUP/$SKEW_VERSION" >/dev/null
 done
-kc "$CP_DIR/via-a.kc" get configmaps -n default --watch-only >/dev/null 2>&1 &
-watch_pid=$!
-for i in $(seq 1 30); do
-  kc "$CP_DIR/via-b.kc" create configmap "pgo-$i" -n default --from-literal=k=v >/dev/null
+# Watches through A' of a local resource and of one across the peer hop, while B' creates and
+# deletes objects of both (as bench/watches.py holds them, half local, half through the hop).
+objects() { # COUNT: a List of COUNT ConfigMaps and COUNT Workloads
+  python3 - "$1" "$SKEW_GROUP/$SKEW_VERSION" <<'PY'
+import json, sys
+n, gv = int(sys.argv[1]), sys.argv[2]
+items = [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"pgo-{i}"}, "data": {"k": "v"}} for i in range(n)]
+items += [{"apiVersion": gv, "kind": "Workload", "metadata": {"name": f"pgo-{i}"},
+           "spec": {"podGroupTemplates": [{"name": "g", "schedulingPolicy": {"basic": {}}}]}} for i in range(n)]
+print(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
+PY
+}
+watches=()
+for res in configmaps "workloads.$SKEW_VERSION.$SKEW_GROUP"; do
+  kc "$CP_DIR/via-a.kc" get "$res" -n default --watch-only >/dev/null 2>&1 &
+  watches+=($!)
 done
-mapfile -t made < <(printf 'pgo-%d\n' $(seq 1 30))
-kc "$CP_DIR/via-a.kc" delete configmap -n default "${made[@]}" >/dev/null
-kill "$watch_pid" 2>/dev/null || true
-wait "$watch_pid" 2>/dev/null || true
+sleep 2
+objects 100 >"$CP_DIR/objects.json"
+kc "$CP_DIR/via-b.kc" create -n default -f "$CP_DIR/objects.json" >/dev/null
+kc "$CP_DIR/via-b.kc" delete -n default -f "$CP_DIR/objects.json" >/dev/null
+kill "${watches[@]}" 2>/dev/null || true
+wait "${watches[@]}" 2>/dev/null || true
 
 # The profiles are written as the proxies exit (SIGTERM: a graceful stop).
 for name in mvproxy-a mvproxy-b; do
