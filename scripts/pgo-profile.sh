@@ -17,8 +17,8 @@
 # else.
 #
 # The profile is cached under the user's cache directory, named by the instrumented binary's
-# hash: unchanged code is trained once, and the optimised build, whose RUSTFLAGS name the
-# profile, is cargo's cached one.
+# hash: unchanged code is trained once (in each clone: the binary holds its source paths), and
+# the optimised build, whose RUSTFLAGS name the profile, is cargo's cached one.
 # Needs root (each API server runs in its own UTS namespace), Go (the pinned control-plane
 # builds, and bench/realcp's client), kubectl, and llvm-profdata of rustc's LLVM release
 # (installed from Debian's llvm-N when missing). Loopback only (127.0.0.2, 127.0.0.3); every
@@ -49,8 +49,10 @@ mkdir -p "$cache/pgo"
 exec 9>"$cache/pgo.lock"
 flock 9
 log "building the instrumented binary ($gen_target) ..."
-# --target: the flags reach mvproxy's code and its dependencies, not build scripts or macros.
-RUSTFLAGS="-Cprofile-generate=$cache/pgo/raw" nice -n 10 cargo build --release -p mvproxy --bin mvproxy --locked -q \
+# --target: the flags reach mvproxy's code and its dependencies, not build scripts or macros. A
+# fixed commit for `--version`, so that a commit that changes no code keeps the binary, hence
+# the profile.
+MVPROXY_GIT_COMMIT=pgo-training RUSTFLAGS="-Cprofile-generate=$cache/pgo/raw" nice -n 10 cargo build --release -p mvproxy --bin mvproxy --locked -q \
   --manifest-path "$root/Cargo.toml" --target "$triple" --target-dir "$gen_target"
 gen_bin="$gen_target/$triple/release/mvproxy"
 profile="$cache/pgo/mvproxy-$(sha256sum "$gen_bin" | cut -c1-16).profdata"
