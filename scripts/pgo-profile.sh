@@ -37,7 +37,8 @@ profdata=$(command -v "llvm-profdata-$llvm_major" || true)
 if [ -z "$profdata" ]; then
   [ "$(id -u)" -eq 0 ] || fail "llvm-profdata-$llvm_major is needed (apt-get install llvm-$llvm_major, as root)"
   log "installing llvm-$llvm_major (llvm-profdata) ..."
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "llvm-$llvm_major" >&2 ||
+  { DEBIAN_FRONTEND=noninteractive apt-get update -qq &&
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "llvm-$llvm_major"; } >&2 ||
     fail "apt-get install llvm-$llvm_major failed"
   profdata=$(command -v "llvm-profdata-$llvm_major") || fail "llvm-$llvm_major has no llvm-profdata-$llvm_major"
 fi
@@ -52,7 +53,8 @@ log "building the instrumented binary ($gen_target) ..."
 # --target: the flags reach mvproxy's code and its dependencies, not build scripts or macros. A
 # fixed commit for `--version`, so that a commit that changes no code keeps the binary, hence
 # the profile.
-MVPROXY_GIT_COMMIT=pgo-training RUSTFLAGS="-Cprofile-generate=$cache/pgo/raw" nice -n 10 cargo build --release -p mvproxy --bin mvproxy --locked -q \
+MVPROXY_GIT_COMMIT=pgo-training RUSTFLAGS="-Cprofile-generate=$cache/pgo/raw" \
+  nice -n 10 cargo build --release -p mvproxy --bin mvproxy --locked -q \
   --manifest-path "$root/Cargo.toml" --target "$triple" --target-dir "$gen_target"
 gen_bin="$gen_target/$triple/release/mvproxy"
 profile="$cache/pgo/mvproxy-$(sha256sum "$gen_bin" | cut -c1-16).profdata"
