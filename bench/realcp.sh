@@ -43,13 +43,9 @@ cp_pki
 cp_start_etcd
 cp_start_apiserver apiserver "1.36.3" "$ip" defaults
 cp_wait_ready apiserver "$ip"
+cp_mvproxy_pki_args
 "$mvproxy_bin" serve --server-id apiserver --listen "$ip:7443" --admin-listen "$ip:7543" \
-  --local "https://$ip:$CP_PORT" --local-ca-file "$pki/ca.crt" \
-  --tls-cert-file "$pki/apiserver.crt" --tls-key-file "$pki/apiserver.key" \
-  --proxy-client-cert-file "$pki/front-proxy-client.crt" --proxy-client-key-file "$pki/front-proxy-client.key" \
-  --identity front-proxy --client-ca-file "$pki/ca.crt" \
-  --requestheader-client-ca-file "$pki/front-proxy-ca.crt" --requestheader-allowed-names front-proxy-client \
-  >"$CP_DIR/logs/mvproxy.log" 2>&1 &
+  --local "https://$ip:$CP_PORT" "${CP_MVPROXY_PKI_ARGS[@]}" >"$CP_DIR/logs/mvproxy.log" 2>&1 &
 _cp_record mvproxy $!
 cat "$pki/apiserver.crt" "$pki/apiserver.key" >"$CP_DIR/haproxy-serving.pem"
 cat "$pki/front-proxy-client.crt" "$pki/front-proxy-client.key" >"$CP_DIR/haproxy-client.pem"

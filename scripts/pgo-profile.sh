@@ -91,15 +91,11 @@ cp_start_apiserver apiserver-b "$NEW" "$B"
 cp_wait_ready apiserver-a "$A"
 cp_wait_ready apiserver-b "$B"
 
+cp_mvproxy_pki_args
 mvp_start() { # NAME SERVER_ID IP PEER_ID PEER_IP
   LLVM_PROFILE_FILE="$raw/$1-%p.profraw" "$gen_bin" serve --server-id "$2" \
-    --listen "$3:7443" --admin-listen "$3:7543" \
-    --local "https://$3:$CP_PORT" --local-ca-file "$pki/ca.crt" \
-    --peer "$4=https://$5:7443" --peer-ca-file "$pki/ca.crt" \
-    --tls-cert-file "$pki/apiserver.crt" --tls-key-file "$pki/apiserver.key" \
-    --proxy-client-cert-file "$pki/front-proxy-client.crt" --proxy-client-key-file "$pki/front-proxy-client.key" \
-    --identity front-proxy --client-ca-file "$pki/ca.crt" \
-    --requestheader-client-ca-file "$pki/front-proxy-ca.crt" --requestheader-allowed-names front-proxy-client \
+    --listen "$3:7443" --admin-listen "$3:7543" --local "https://$3:$CP_PORT" \
+    --peer "$4=https://$5:7443" --peer-ca-file "$pki/ca.crt" "${CP_MVPROXY_PKI_ARGS[@]}" \
     >"$CP_DIR/logs/$1.log" 2>&1 &
   _cp_record "$1" $!
 }

@@ -232,6 +232,20 @@ cp_cleanup() {
   done
 }
 
+# cp_mvproxy_pki_args: sets CP_MVPROXY_PKI_ARGS to mvproxy's flags for the PKI of cp_pki, as the
+# shipped configs set them: the cluster CA for the API server it fronts, the serving certificate
+# in, clients' certificates from the cluster CA, front-proxy identity to the API server.
+cp_mvproxy_pki_args() {
+  local pki="$CP_DIR/pki"
+  CP_MVPROXY_PKI_ARGS=(
+    --local-ca-file "$pki/ca.crt"
+    --tls-cert-file "$pki/apiserver.crt" --tls-key-file "$pki/apiserver.key"
+    --proxy-client-cert-file "$pki/front-proxy-client.crt" --proxy-client-key-file "$pki/front-proxy-client.key"
+    --identity front-proxy --client-ca-file "$pki/ca.crt"
+    --requestheader-client-ca-file "$pki/front-proxy-ca.crt" --requestheader-allowed-names front-proxy-client
+  )
+}
+
 # cp_kubeconfig FILE SERVER_URL [token]: admin kubeconfig (client certificate, or the token).
 cp_kubeconfig() {
   local file=$1 server=$2 token=${3:-} pki="$CP_DIR/pki"
