@@ -6,7 +6,7 @@
 #
 # From a fresh Debian machine: installs nginx-light, haproxy, wrk and openssl (apt), oha
 # (cargo install, pinned), builds mvproxy as the image ships it (release_mvproxy in
-# need-tools.sh; MVPROXY_PGO=0: the plain release build), then runs bench/loadtest.py, which says
+# need-tools.sh; MVPROXY_PGO=0: the plain static release build), then runs bench/loadtest.py, which says
 # what is measured and how. The table is printed and written to $OUT
 # (default target/loadtest/table.md). Everything listens on 127.0.0.1 only.
 # Variables: QUICK, DURATION (e.g. 10s), REPEATS, RATE (open-loop req/s), CONNECTIONS,

@@ -20,21 +20,7 @@ need_oha() {
   fi
 }
 
-# release_mvproxy: builds the binary the image ships (release, optimised with the profile of
-# scripts/pgo-profile.sh: root and Go needed) and prints its path; MVPROXY_PGO=0 builds and
-# prints the plain release binary instead (`cargo build --release -p mvproxy`, as the demo runs it).
-release_mvproxy() {
-  local triple=x86_64-unknown-linux-gnu profile
-  case ${MVPROXY_PGO:-1} in
-    0)
-      cargo build --release --locked -p mvproxy --bin mvproxy -q >&2
-      echo target/release/mvproxy
-      ;;
-    1)
-      profile=$(scripts/pgo-profile.sh)
-      RUSTFLAGS="-Cprofile-use=$profile" cargo build --release --locked -p mvproxy --bin mvproxy -q --target "$triple" >&2
-      echo "target/$triple/release/mvproxy"
-      ;;
-    *) echo "MVPROXY_PGO must be 0 or 1, not '$MVPROXY_PGO'" >&2; return 2 ;;
-  esac
-}
+# release_mvproxy: builds the binary the image ships (scripts/release-binary.sh: static and
+# profile-guided, so root and Go are needed; MVPROXY_PGO=0 the plain static release build) and
+# prints its path.
+release_mvproxy() { scripts/release-binary.sh; }

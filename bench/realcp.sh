@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # What mvproxy adds to a request on the real control plane: etcd and one kube-apiserver v1.36.3
 # (built from its Go modules and cached by scripts/control-plane/build.sh), mvproxy as the image
-# ships it (release_mvproxy in bench/need-tools.sh; MVPROXY_PGO=0: the plain release build)
+# ships it (release_mvproxy in bench/need-tools.sh; MVPROXY_PGO=0: the plain static release build)
 # in front of it as the shipped configs run it (TLS on both hops, HTTP/2 to the server,
 # front-proxy identity), HAProxy in front of it the same way (TLS in with the client's
 # certificate, its subject as the X-Remote-* headers, HTTP/2 over TLS to the server with the
@@ -33,7 +33,7 @@ trap 'exit 130' INT TERM
 
 # shellcheck source=need-tools.sh
 . "$root/bench/need-tools.sh"
-mvproxy_bin="$root/$(cd "$root" && release_mvproxy)"
+mvproxy_bin=$(cd "$root" && release_mvproxy)
 client="$CP_DIR/realcp"
 (cd "$root/bench/realcp" && go build -o "$client" .)
 
@@ -68,10 +68,7 @@ backend be
 EOF
 haproxy -db -f "$CP_DIR/haproxy.cfg" >"$CP_DIR/logs/haproxy.log" 2>&1 &
 _cp_record haproxy $!
-for _ in $(seq 1 60); do
-  [ "$(curl -s -o /dev/null -w '%{http_code}' "http://$ip:7543/readyz")" = 200 ] && break
-  sleep 0.5
-done
+cp_wait_mvproxy "$ip:7543"
 cp_log "kube-apiserver $(cp_curl "$ip" /version | jq -r .gitVersion) on $ip:$CP_PORT, mvproxy on $ip:7443, HAProxy on $ip:7444; load average $(cut -d' ' -f1-3 /proc/loadavg)"
 mvp_pid=$(cp_pid mvproxy) ha_pid=$(cp_pid haproxy)
 # Nanoseconds every thread of process $1 has run (the first field of each task's schedstat);

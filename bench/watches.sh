@@ -3,7 +3,7 @@
 # half through the peer hop, upstreams over TLS (HTTP/2 when offered), with events flowing.
 # Reports RSS per watch, file descriptors, upstream connections and CPU per event, and writes
 # the table to $OUT (default target/loadtest/watches.md). See bench/watches.py. mvproxy is the
-# shipped build (release_mvproxy in need-tools.sh; MVPROXY_PGO=0: the plain release build),
+# shipped build (release_mvproxy in need-tools.sh; MVPROXY_PGO=0: the plain static release build),
 # or MVPROXY_BIN.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -1,14 +1,10 @@
 #!/usr/bin/env bash
 # Builds the mvproxy container image from this checkout, with Debian's podman (installed as
 # root when missing, like scripts/test.sh installs prometheus):
-#   1. a static, stripped release binary (x86_64-unknown-linux-gnu, -C target-feature=+crt-static:
-#      no musl standard library is needed), optimised with the profile of scripts/pgo-profile.sh
-#      (trained on a real control plane: needs root and Go; MVPROXY_PGO=0 builds without it, for
-#      machines that have neither), in its own target dir under the user's cache
-#      directory (${XDG_CACHE_HOME:-$HOME/.cache}/mvproxy/image-target), so debug and release
-#      builds elsewhere are not disturbed and a fresh clone (CI) reuses the compiled
-#      dependencies; checked to have no interpreter and no
-#      shared library, and to run;
+#   1. the static, stripped release binary of scripts/release-binary.sh (profile-guided from a
+#      training run on a real control plane: needs root and Go; MVPROXY_PGO=0 builds without
+#      it, for machines that have neither), checked to have no interpreter and no shared
+#      library, and to run;
 #   2. `podman build --storage-driver vfs` of Containerfile (FROM scratch) over a context
 #      holding that binary only, labelled with the version, the commit and the source;
 #   3. with --export DIR, the image's filesystem unpacked into DIR (how the conformance suite
@@ -20,7 +16,7 @@
 # env:   IMAGE                name:tag (default mvproxy:<workspace version>)
 #        MVPROXY_GIT_COMMIT   the commit to record when there is no .git (default: git rev-parse HEAD)
 #        MVPROXY_SOURCE_URL   the source label (default: the origin remote's URL, else "unknown")
-#        MVPROXY_PGO          0: no profile-guided optimisation (default 1)
+#        MVPROXY_PGO          0: no profile-guided optimisation (default 1; scripts/release-binary.sh)
 # Prints the image name, its ID and its size; exits non-zero if any step or check fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -52,22 +48,11 @@ version=$(cargo metadata --no-deps --format-version 1 --locked |
 revision=${MVPROXY_GIT_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}
 source_url=${MVPROXY_SOURCE_URL:-$(git remote get-url origin 2>/dev/null || echo unknown)}
 image=${IMAGE:-mvproxy:$version}
-target=x86_64-unknown-linux-gnu
 
 # ---- 1. the static binary ---------------------------------------------------------------------
-image_target="${XDG_CACHE_HOME:-$HOME/.cache}/mvproxy/image-target"
-log "building the static binary ($image_target) ..."
+log "building the static binary (scripts/release-binary.sh) ..."
 t0=$(date +%s)
-rustflags="-C target-feature=+crt-static"
-case ${MVPROXY_PGO:-1} in
-  1) rustflags+=" -C profile-use=$(scripts/pgo-profile.sh)" ;;
-  0) log "MVPROXY_PGO=0: no profile-guided optimisation" ;;
-  *) echo "image: MVPROXY_PGO must be 0 or 1, not '$MVPROXY_PGO'" >&2; exit 2 ;;
-esac
-RUSTFLAGS=$rustflags CARGO_PROFILE_RELEASE_DEBUG=0 CARGO_PROFILE_RELEASE_STRIP=symbols \
-  MVPROXY_GIT_COMMIT=$revision \
-  nice -n 10 cargo build --release --locked -q -p mvproxy --target "$target" --target-dir "$image_target"
-bin="$image_target/$target/release/mvproxy"
+bin=$(MVPROXY_GIT_COMMIT=$revision scripts/release-binary.sh)
 log "binary built in $(( $(date +%s) - t0 ))s: $(stat -c %s "$bin") bytes"
 # Static: no program interpreter (PT_INTERP) and no shared library (DT_NEEDED) to load.
 if LC_ALL=C readelf -lW "$bin" | grep -q 'INTERP' || LC_ALL=C readelf -dW "$bin" | grep -q '(NEEDED)'; then

@@ -104,14 +104,7 @@ mvp_start() {
     --refresh-interval-seconds 5 "$@" >>"$CP_DIR/logs/$name.log" 2>&1 &
   _cp_record "$name" $!
 }
-mvp_ready() { # IP [PORT]
-  local i
-  for i in $(seq 1 120); do
-    [ "$(curl -s -o /dev/null -w '%{http_code}' "http://$1:$((${2:-7443} + 100))/readyz")" = 200 ] && return 0
-    sleep 0.5
-  done
-  return 1
-}
+mvp_ready() { cp_wait_mvproxy "$1:$((${2:-7443} + 100))"; } # IP [PORT]: admin on PORT+100
 # as USER URL_BASE PATH [curl args]: a request with USER's client certificate (admin, user, rogue-proxy).
 as() {
   local user=$1 base=$2 path=$3

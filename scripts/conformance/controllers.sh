@@ -156,14 +156,7 @@ mvp_start() { # NAME IP LOCAL_IP [args...]
     --refresh-interval-seconds 5 "$@" >>"$CP_DIR/logs/$name.log" 2>&1 &
   _cp_record "$name" $!
 }
-mvp_ready() { # IP
-  local i
-  for i in $(seq 1 120); do
-    [ "$(curl -s -o /dev/null -w '%{http_code}' "http://$1:7543/readyz")" = 200 ] && return 0
-    sleep 0.5
-  done
-  return 1
-}
+mvp_ready() { cp_wait_mvproxy "$1:7543"; } # IP
 
 # lb_start MODE BACKEND...: HAProxy on $LB_IP:6443, round-robin over BACKENDs (IP:PORT).
 lb_start() {

@@ -191,15 +191,7 @@ _cp_record pod-a $!
 pod_argv "$CP_DIR/node-b"
 "${POD[@]}" "${pod_args[@]}" >"$CP_DIR/logs/pod-b.log" 2>&1 &
 _cp_record pod-b $!
-pod_ready() { # IP
-  local i
-  for i in $(seq 1 60); do
-    [ "$(curl -s -o /dev/null -w '%{http_code}' "http://$1:9464/readyz")" = 200 ] && return 0
-    sleep 0.5
-  done
-  return 1
-}
-pods_ready() { pod_ready "$MA_IP" && pod_ready "$MB_IP"; }
+pods_ready() { cp_wait_mvproxy "$MA_IP:9464" 30 && cp_wait_mvproxy "$MB_IP:9464" 30; }
 check "static pods from the image ready (readinessProbe: /readyz on :9464)" "in front of A ($OLD) and B ($NEW), each the other's peer" \
   pods_ready
 

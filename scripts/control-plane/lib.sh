@@ -232,6 +232,19 @@ cp_cleanup() {
   done
 }
 
+# cp_wait_mvproxy ADMIN_HOST:PORT [SECONDS]: waits until mvproxy's admin listener answers /readyz
+# with 200 (every configured server fetched once or marked down: docs/configuration.md), 60 s
+# by default.
+cp_wait_mvproxy() {
+  local admin=$1 limit=${2:-60} i
+  for i in $(seq 1 $((limit * 2))); do
+    [ "$(curl -s -o /dev/null -w '%{http_code}' "http://$admin/readyz")" = 200 ] && return 0
+    sleep 0.5
+  done
+  cp_log "mvproxy on $admin not ready after ${limit}s"
+  return 1
+}
+
 # cp_mvproxy_pki_args: sets CP_MVPROXY_PKI_ARGS to mvproxy's flags for the PKI of cp_pki, as the
 # shipped configs set them: the cluster CA for the API server it fronts, the serving certificate
 # in, clients' certificates from the cluster CA, front-proxy identity to the API server.
