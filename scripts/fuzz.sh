@@ -38,14 +38,15 @@ found=0
 crashed=()
 printf '%-12s %8s %12s %10s %s\n' target seconds executions exec/s result
 for t in "${targets[@]}"; do
-  mkdir -p "$work/$t" "$work/artifacts/$t"
+  mkdir -p "$work/$t" "$work/artifacts/$t" "$work/tmp"
   log="$work/$t.log"
   status=ok
   # -rss_limit_mb: a parser must not need more than this for any input
   # -timeout: no single input may take longer; `timeout`: the whole run, with room for the
-  # corpus to load, then SIGKILL 10 s after SIGTERM
+  # corpus to load, then SIGKILL 10 s after SIGTERM. TMPDIR: what a target keeps in the temp
+  # directory (the config target's files) goes with $work: libFuzzer exits without dropping it.
   rc=0
-  timeout -k 10 $((seconds + 120)) nice -n 10 cargo "+$toolchain" fuzz run --fuzz-dir fuzz -O \
+  TMPDIR="$work/tmp" timeout -k 10 $((seconds + 120)) nice -n 10 cargo "+$toolchain" fuzz run --fuzz-dir fuzz -O \
     "$t" "$work/$t" "fuzz/corpus/$t" -- \
     -max_total_time="$seconds" -rss_limit_mb=2048 -timeout=10 \
     -artifact_prefix="$work/artifacts/$t/" -print_final_stats=1 >"$log" 2>&1 || rc=$?

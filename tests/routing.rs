@@ -121,7 +121,10 @@ async fn kubectl_get_of_a_peer_only_resource_is_proxied_in_one_hop() {
         (2, 0),
         "kubectl get configmaps"
     );
-    let mut watching = Kubectl::new(&c.proxy_a.url())
+    // Bound to a name: the cache directory goes when the test ends, after kubectl is killed
+    // (a temporary would remove it while kubectl still writes there).
+    let kubectl = Kubectl::new(&c.proxy_a.url());
+    let mut watching = kubectl
         .command(&[
             "get",
             "configmaps",
@@ -271,7 +274,8 @@ async fn the_loop_guard_keeps_a_proxied_request_local() {
 #[tokio::test]
 async fn kubectl_watch_streams_events_through_the_peer_hop() {
     let c = Cluster::start().await;
-    let mut watch = Kubectl::new(&c.proxy_a.url())
+    let kubectl = Kubectl::new(&c.proxy_a.url());
+    let mut watch = kubectl
         .command(&[
             "get",
             "podschedulingcontexts.v1alpha3.resource.k8s.io",
