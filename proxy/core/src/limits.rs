@@ -35,22 +35,30 @@
 //! one request, bounded by [`MAX_REFUSING`] refusals at once and [`REFUSE_TIMEOUT`] each;
 //! beyond that a connection is closed at once. A connection that completes no TLS handshake
 //! within [`crate::tls::accept::HANDSHAKE_TIMEOUT`], sends nothing within
-//! [`HEADER_READ_TIMEOUT`] ([`FirstBytesDeadline`]: hyper's protocol detection would wait forever), or
+//! [`HEADER_READ_TIMEOUT`] ([`FirstBytesDeadline`]: telling the protocol would wait forever), or
 //! (HTTP/1.1) no complete request head within it is closed, so silent sockets cannot hold the
 //! slots. An idle HTTP/2 connection is kept: clients (kubelets) hold one for hours.
 //!
-//! Here: the limits and the listener's HTTP builder (the head limit). Below: `connections`
-//! admits or refuses a connection, `first_bytes` closes one that stays silent, `body` counts
-//! and refuses request bodies.
+//! Here: the limits and the listener's HTTP servers (the head limit, the drain). Below:
+//! `connections` admits or refuses a connection, `protocol` tells HTTP/1.1 from HTTP/2,
+//! `first_bytes` closes a connection that stays silent, `body` counts and refuses request
+//! bodies.
 
 mod body;
 mod connections;
 mod first_bytes;
+mod protocol;
 
+use std::convert::Infallible;
+use std::future::Future;
 use std::time::Duration;
 
-use hyper_util::rt::{TokioExecutor, TokioTimer};
-use hyper_util::server::conn::auto;
+use http::{Request, Response};
+use hyper::body::Incoming;
+use hyper::server::conn::{http1, http2};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio_util::sync::CancellationToken;
 
 pub use body::{
     BodyLimit, BodyTooLarge, ClientBodyFailed, DRAIN_BYTES, LimitedBody,
@@ -58,6 +66,9 @@ pub use body::{
 };
 pub use connections::Connections;
 pub use first_bytes::FirstBytesDeadline;
+pub use protocol::{Detected, FirstBytes, Protocol, detect};
+
+use crate::plumbing::Body;
 
 /// kube-apiserver's `MaxHeaderBytes` (`1 << 20`).
 pub const DEFAULT_MAX_REQUEST_HEADER_BYTES: usize = 1 << 20;
@@ -106,22 +117,106 @@ impl Default for Limits {
     }
 }
 
-/// The connection builder of the proxy listener, with the request-head limits applied.
-pub fn http_builder(limits: &Limits) -> auto::Builder<TokioExecutor> {
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    let head = limits.max_request_header_bytes;
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(HEADER_READ_TIMEOUT)
-        // A request head must fit in the read buffer to be parsed at all; hyper answers 431
-        // when the buffer is full and the head still incomplete. (hyper's own default is
-        // about 400 KiB; it refuses less than 8 KiB, as config validation does.)
-        .max_buf_size(head.max(MIN_REQUEST_HEADER_BYTES));
-    builder
-        .http2()
-        .max_header_list_size(u32::try_from(head).unwrap_or(u32::MAX));
-    builder
+/// Polls a hyper server connection to its end in place (the connections are `Unpin`: no copy
+/// of it is made), closing it gracefully once `drain` fires. A macro: the two connection types
+/// share no trait, and a function generic over them fails the compiler's `Send` proof of the
+/// task that runs it.
+macro_rules! until_drained {
+    ($conn:expr, $drain:expr) => {{
+        let mut conn = $conn;
+        let drain = $drain;
+        async move {
+            tokio::select! {
+                done = &mut conn => return done,
+                () = drain.cancelled() => std::pin::Pin::new(&mut conn).graceful_shutdown(),
+            }
+            (&mut conn).await
+        }
+    }};
+}
+
+/// hyper's HTTP/1.1 and HTTP/2 servers for the proxy listener's connections, with the
+/// request-head limits applied. Connections are told apart by [`detect`] rather than by
+/// hyper-util's `auto` builder (`limits/protocol.rs` says why).
+#[derive(Clone)]
+pub struct HttpServer {
+    http1: http1::Builder,
+    http2: http2::Builder<TokioExecutor>,
+}
+
+impl HttpServer {
+    /// The servers for `limits`.
+    pub fn new(limits: &Limits) -> Self {
+        let head = limits.max_request_header_bytes;
+        let mut http1 = http1::Builder::new();
+        http1
+            .timer(TokioTimer::new())
+            .header_read_timeout(HEADER_READ_TIMEOUT)
+            // A request head must fit in the read buffer to be parsed at all; hyper answers 431
+            // when the buffer is full and the head still incomplete. (hyper's own default is
+            // about 400 KiB; it refuses less than 8 KiB, as config validation does.)
+            .max_buf_size(head.max(MIN_REQUEST_HEADER_BYTES));
+        let mut http2 = http2::Builder::new(TokioExecutor::new());
+        http2.max_header_list_size(u32::try_from(head).unwrap_or(u32::MAX));
+        Self { http1, http2 }
+    }
+
+    /// Serves `io` over HTTP/1.1 (upgrades allowed: `exec`, `attach`, `port-forward`) until
+    /// it closes, or, once `drain` fires, until the request in flight has its response.
+    pub fn http1<'a, I, S>(
+        &self,
+        io: I,
+        service: S,
+        drain: &'a CancellationToken,
+    ) -> impl Future<Output = hyper::Result<()>> + Send + 'a
+    where
+        I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+        S: ClientService,
+    {
+        let conn = self.http1.serve_connection(TokioIo::new(io), service);
+        until_drained!(conn.with_upgrades(), drain)
+    }
+
+    /// Serves `io` over HTTP/2 until it closes, or, once `drain` fires, sends `GOAWAY` and
+    /// serves the streams already open.
+    pub fn http2<'a, I, S>(
+        &self,
+        io: I,
+        service: S,
+        drain: &'a CancellationToken,
+    ) -> impl Future<Output = hyper::Result<()>> + Send + 'a
+    where
+        I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+        S: ClientService,
+    {
+        until_drained!(
+            self.http2.serve_connection(TokioIo::new(io), service),
+            drain
+        )
+    }
+}
+
+/// The service of a client connection, as [`HttpServer`] takes it.
+pub trait ClientService:
+    hyper::service::Service<
+        Request<Incoming>,
+        Response = Response<Body>,
+        Error = Infallible,
+        Future: Send + 'static,
+    > + Send
+    + 'static
+{
+}
+
+impl<S> ClientService for S where
+    S: hyper::service::Service<
+            Request<Incoming>,
+            Response = Response<Body>,
+            Error = Infallible,
+            Future: Send + 'static,
+        > + Send
+        + 'static
+{
 }
 
 #[cfg(test)]

@@ -16,22 +16,22 @@ use http::header::{self, HeaderMap};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
-use hyper_util::rt::TokioIo;
-use hyper_util::server::graceful::GracefulShutdown;
 use mvproxy_telemetry::metrics::{
     Metrics, PeerErrorLabels, RerouteLabels, TraceLabels, TypeLabels,
 };
 use mvproxy_telemetry::trace::{RequestSpan, Tracer};
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
+use tokio_util::either::Either;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::classify::{DiscoveryPath, RequestInfo, classify};
 use crate::discovery::negotiate::{DiscoveryFormat, negotiate};
 use crate::discovery::{Cache, Snapshot};
 use crate::error::ProxyError;
 use crate::identity::{Authenticator, ClientIdentity};
-use crate::limits::{self, LimitedBody, Limits};
+use crate::limits::{self, LimitedBody, Limits, Protocol};
 use crate::plumbing::ServerName;
 use crate::plumbing::{Body, BoxError, full};
 use crate::route::{LocalReason, Route, decide};
@@ -561,8 +561,8 @@ pub(crate) async fn serve(
     app: Arc<App>,
     shutdown: CancellationToken,
 ) {
-    let graceful = GracefulShutdown::new();
-    let builder = limits::http_builder(&app.limits);
+    let open = TaskTracker::new();
+    let http = limits::HttpServer::new(&app.limits);
     let connections = limits::Connections::new(app.limits.max_connections);
     loop {
         let (stream, remote) = tokio::select! {
@@ -577,65 +577,60 @@ pub(crate) async fn serve(
             () = shutdown.cancelled() => break,
         };
         let _ = stream.set_nodelay(true);
-        let Some((stream, permit)) = connections.admit(stream, tls.as_ref(), &builder) else {
+        let Some((stream, permit)) = connections.admit(stream, tls.as_ref(), &http) else {
             continue;
         };
         let app = app.clone();
-        let builder = builder.clone();
-        let watcher = graceful.watcher();
+        let http = http.clone();
+        let shutdown = shutdown.clone();
         let tls = tls.clone();
-        tokio::spawn(async move {
+        open.spawn(async move {
             let _permit = permit;
-            let result = match tls {
+            // One type for both, so that one future serves them (and holds one stream).
+            let (io, identity) = match tls {
                 Some(acceptor) => match crate::tls::accept::accept(&acceptor, stream).await {
                     Ok(s) => {
                         let identity = app.auth.identify(s.get_ref().1.peer_certificates());
-                        let conn = ClientConn {
-                            identity,
-                            remote: Some(remote),
-                        };
-                        let h2 = s.get_ref().1.alpn_protocol() == Some(b"h2".as_slice());
-                        let io = TokioIo::new(limits::FirstBytesDeadline::new(
-                            s,
-                            limits::HEADER_READ_TIMEOUT,
-                        ));
-                        if h2 {
-                            // For HTTP/2 each request's future is boxed: hyper's HTTP/2 server
-                            // spawns a task per request holding it, and tokio moves a task's
-                            // future by value (into the task cell, and over it again when it
-                            // completes), several KB each time; boxed, those moves are of a
-                            // pointer (they were 8 % of the proxy's CPU under TLS + HTTP/2,
-                            // bench/PERF_NOTES.md). HTTP/1.1 keeps it inline: hyper's HTTP/1.1
-                            // server holds it in place, and the box would only add an
-                            // allocation per request.
-                            let service = connection_service(app, conn, |app, id, req| {
-                                Box::pin(answer(app, id, req))
-                            });
-                            let conn = builder.serve_connection_with_upgrades(io, service);
-                            watcher.watch(conn.into_owned()).await
-                        } else {
-                            let service = connection_service(app, conn, answer);
-                            let conn = builder.serve_connection_with_upgrades(io, service);
-                            watcher.watch(conn.into_owned()).await
-                        }
+                        (Either::Left(s), identity)
                     }
                     Err(e) => {
                         tracing::debug!(%remote, error = %e, "TLS handshake failed");
                         return;
                     }
                 },
-                None => {
-                    let io = TokioIo::new(limits::FirstBytesDeadline::new(
-                        stream,
-                        limits::HEADER_READ_TIMEOUT,
-                    ));
-                    let conn = ClientConn {
-                        identity: ClientIdentity::Anonymous,
-                        remote: Some(remote),
-                    };
+                None => (Either::Right(stream), ClientIdentity::Anonymous),
+            };
+            let conn = ClientConn {
+                identity,
+                remote: Some(remote),
+            };
+            let mut io = limits::FirstBytesDeadline::new(io, limits::HEADER_READ_TIMEOUT);
+            let first = match limits::detect(&mut io, &shutdown).await {
+                Ok(first) => first,
+                Err(e) => {
+                    tracing::debug!(%remote, error = %e, "connection closed before a request");
+                    return;
+                }
+            };
+            let protocol = first.protocol;
+            let io = limits::Detected::new(first, io);
+            let result = match protocol {
+                Protocol::Http2 => {
+                    // For HTTP/2 each request's future is boxed: hyper's HTTP/2 server spawns a
+                    // task per request holding it, and tokio moves a task's future by value
+                    // (into the task cell, and over it again when it completes), several KB
+                    // each time; boxed, those moves are of a pointer (they were 8 % of the
+                    // proxy's CPU under TLS + HTTP/2, bench/PERF_NOTES.md). HTTP/1.1 keeps it
+                    // inline: hyper's HTTP/1.1 server holds it in place, and the box would
+                    // only add an allocation per request.
+                    let service = connection_service(app, conn, |app, id, req| {
+                        Box::pin(answer(app, id, req))
+                    });
+                    http.http2(io, service, &shutdown).await
+                }
+                Protocol::Http1 => {
                     let service = connection_service(app, conn, answer);
-                    let conn = builder.serve_connection_with_upgrades(io, service);
-                    watcher.watch(conn.into_owned()).await
+                    http.http1(io, service, &shutdown).await
                 }
             };
             if let Err(e) = result {
@@ -644,7 +639,8 @@ pub(crate) async fn serve(
         });
     }
     drop(listener);
-    if tokio::time::timeout(SHUTDOWN_DRAIN_TIMEOUT, graceful.shutdown())
+    open.close();
+    if tokio::time::timeout(SHUTDOWN_DRAIN_TIMEOUT, open.wait())
         .await
         .is_err()
     {

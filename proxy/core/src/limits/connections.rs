@@ -7,12 +7,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use http::{HeaderValue, Request, Response, header};
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use hyper_util::server::conn::auto;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
-use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_rustls::TlsAcceptor;
+use tokio_util::sync::CancellationToken;
 
 use super::*;
 use crate::error::ProxyError;
@@ -44,7 +43,7 @@ impl Connections {
         &self,
         stream: TcpStream,
         tls: Option<&TlsAcceptor>,
-        builder: &auto::Builder<TokioExecutor>,
+        http: &HttpServer,
     ) -> Option<(TcpStream, OwnedSemaphorePermit)> {
         if let Ok(permit) = self.open.clone().try_acquire_owned() {
             self.full.store(false, Ordering::Relaxed);
@@ -60,7 +59,7 @@ impl Connections {
             tokio::spawn(refuse(
                 stream,
                 tls.cloned(),
-                builder.clone(),
+                http.clone(),
                 self.limit,
                 permit,
             ));
@@ -73,45 +72,51 @@ impl Connections {
 async fn refuse(
     stream: TcpStream,
     tls: Option<TlsAcceptor>,
-    builder: auto::Builder<TokioExecutor>,
+    http: HttpServer,
     limit: usize,
     _slot: OwnedSemaphorePermit,
 ) {
     let refused = async move {
         match tls {
             Some(acceptor) => match crate::tls::accept::accept(&acceptor, stream).await {
-                Ok(s) => serve_refusal(s, &builder, limit).await,
+                Ok(s) => serve_refusal(s, &http, limit).await,
                 Err(e) => tracing::debug!(error = %e, "refused connection: TLS handshake failed"),
             },
-            None => serve_refusal(stream, &builder, limit).await,
+            None => serve_refusal(stream, &http, limit).await,
         }
     };
     let _ = tokio::time::timeout(REFUSE_TIMEOUT, refused).await;
 }
 
-async fn serve_refusal<I>(io: I, builder: &auto::Builder<TokioExecutor>, limit: usize)
+async fn serve_refusal<I>(io: I, http: &HttpServer, limit: usize)
 where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let answered = Arc::new(Notify::new());
+    // Cancelled by the first request: its 503 is on its way, then the connection closes
+    // (GOAWAY for HTTP/2).
+    let answered = CancellationToken::new();
     let service = {
         let answered = answered.clone();
         hyper::service::service_fn(move |req: Request<Incoming>| {
-            answered.notify_one();
+            answered.cancel();
             let resp = too_many_connections(&req, limit);
             async move { Ok::<_, Infallible>(resp) }
         })
     };
-    let io = TokioIo::new(FirstBytesDeadline::new(io, HEADER_READ_TIMEOUT));
-    let conn = builder.serve_connection(io, service);
-    tokio::pin!(conn);
-    tokio::select! {
-        _ = conn.as_mut() => return,
-        () = answered.notified() => {}
-    }
-    // The 503 is on its way: let it finish, then close (GOAWAY for HTTP/2).
-    conn.as_mut().graceful_shutdown();
-    let _ = conn.await;
+    let mut io = FirstBytesDeadline::new(io, HEADER_READ_TIMEOUT);
+    let Ok(first) = detect(&mut io, &answered).await else {
+        return;
+    };
+    let _ = match first.protocol {
+        Protocol::Http1 => {
+            http.http1(Detected::new(first, io), service, &answered)
+                .await
+        }
+        Protocol::Http2 => {
+            http.http2(Detected::new(first, io), service, &answered)
+                .await
+        }
+    };
 }
 
 fn too_many_connections(req: &Request<Incoming>, limit: usize) -> Response<Body> {

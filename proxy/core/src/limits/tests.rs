@@ -10,6 +10,7 @@ use super::*;
 use crate::error::ProxyError;
 use http_body_util::channel::Channel;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio_util::sync::CancellationToken;
 
 fn upstream_timeout() -> Result<(), ProxyError> {
     Err(ProxyError::Timeout {
@@ -127,4 +128,115 @@ async fn a_silent_connection_times_out_and_a_talking_one_does_not() {
     assert!(waited.is_err(), "still waiting, no error: {waited:?}");
     drop(client);
     assert_eq!(talking.read(&mut buf).await.unwrap(), 0);
+}
+
+/// `detect`, then the connection with its first bytes given back, as the listener does.
+async fn detected(
+    server: tokio::io::DuplexStream,
+    drain: &CancellationToken,
+) -> std::io::Result<(
+    Protocol,
+    Detected<FirstBytesDeadline<tokio::io::DuplexStream>>,
+)> {
+    let mut io = FirstBytesDeadline::new(server, HEADER_READ_TIMEOUT);
+    let first = detect(&mut io, drain).await?;
+    Ok((first.protocol, Detected::new(first, io)))
+}
+
+const H2_START: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00";
+
+#[tokio::test]
+async fn a_request_head_sent_at_once_reaches_hyper_in_one_read_after_detection() {
+    // hyper-util's detection handed back its 24 bytes alone, and hyper grew its 8 KiB read
+    // buffer to 16 KiB for the rest, for the connection's life
+    let head = b"GET /apis/apps/v1/namespaces/default/deployments?watch=true HTTP/1.1\r\nHost: mvproxy\r\n\r\n";
+    let (mut client, server) = tokio::io::duplex(1024);
+    client.write_all(head).await.unwrap();
+    let (protocol, mut io) = detected(server, &CancellationToken::new()).await.unwrap();
+    assert_eq!(protocol, Protocol::Http1);
+    let mut buf = [0u8; 8192];
+    assert_eq!(io.read(&mut buf).await.unwrap(), head.len());
+    assert_eq!(&buf[..head.len()], head);
+
+    // what comes later is read as it comes, and the end of the stream is one
+    client.write_all(b"more").await.unwrap();
+    assert_eq!(io.read(&mut buf).await.unwrap(), 4);
+    drop(client);
+    assert_eq!(io.read(&mut buf).await.unwrap(), 0);
+}
+
+#[tokio::test]
+async fn http2_is_told_by_its_preface_even_in_pieces_and_the_preface_is_read_again() {
+    let (mut client, server) = tokio::io::duplex(1024);
+    let detecting = tokio::spawn(async move { detected(server, &CancellationToken::new()).await });
+    for piece in H2_START.chunks(7) {
+        client.write_all(piece).await.unwrap();
+        tokio::task::yield_now().await;
+    }
+    let (protocol, mut io) = detecting.await.unwrap().unwrap();
+    assert_eq!(protocol, Protocol::Http2);
+    let mut got = Vec::new();
+    while got.len() < H2_START.len() {
+        let mut buf = [0u8; 64];
+        let n = io.read(&mut buf).await.unwrap();
+        assert!(n > 0, "ended after {got:?}");
+        got.extend_from_slice(&buf[..n]);
+    }
+    assert_eq!(got, H2_START);
+
+    // a small read buffer gets the first bytes over several reads, none lost
+    let (mut client, server) = tokio::io::duplex(1024);
+    client.write_all(H2_START).await.unwrap();
+    let (_, mut io) = detected(server, &CancellationToken::new()).await.unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 5];
+    while got.len() < H2_START.len() {
+        let n = io.read(&mut buf).await.unwrap();
+        got.extend_from_slice(&buf[..n]);
+    }
+    assert_eq!(got, H2_START);
+}
+
+#[tokio::test]
+async fn a_preface_that_stops_matching_or_ends_is_http1_with_its_bytes_kept() {
+    // starts like the preface, then is not: hyper's HTTP/1.1 side gets every byte (and
+    // refuses the method)
+    let (mut client, server) = tokio::io::duplex(1024);
+    client.write_all(b"PRI * HTTP/1.1\r\n\r\n").await.unwrap();
+    let (protocol, mut io) = detected(server, &CancellationToken::new()).await.unwrap();
+    assert_eq!(protocol, Protocol::Http1);
+    let mut buf = [0u8; 64];
+    assert_eq!(io.read(&mut buf).await.unwrap(), 18);
+    assert_eq!(&buf[..18], b"PRI * HTTP/1.1\r\n\r\n");
+
+    // the client closes mid-preface
+    let (mut client, server) = tokio::io::duplex(1024);
+    client.write_all(b"PRI * HT").await.unwrap();
+    drop(client);
+    let (protocol, mut io) = detected(server, &CancellationToken::new()).await.unwrap();
+    assert_eq!(protocol, Protocol::Http1);
+    assert_eq!(io.read(&mut buf).await.unwrap(), 8);
+    assert_eq!(io.read(&mut buf).await.unwrap(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn detection_ends_at_the_first_bytes_deadline_or_at_shutdown() {
+    let (_client, server) = tokio::io::duplex(1024);
+    let e = detected(server, &CancellationToken::new())
+        .await
+        .err()
+        .unwrap();
+    assert_eq!(e.kind(), std::io::ErrorKind::TimedOut);
+
+    let (mut client, server) = tokio::io::duplex(1024);
+    client.write_all(b"PRI * HTTP/2.0").await.unwrap();
+    let drain = CancellationToken::new();
+    let detecting = tokio::spawn({
+        let drain = drain.clone();
+        async move { detected(server, &drain).await.map(|(p, _)| p) }
+    });
+    tokio::task::yield_now().await;
+    drain.cancel();
+    let e = detecting.await.unwrap().unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::Interrupted);
 }
