@@ -84,3 +84,55 @@ impl fmt::Display for ServerName {
         f.write_str(&self.0)
     }
 }
+
+/// `impl AsyncWrite` for a connection wrapper that only watches what is read
+/// (`limits::FirstBytesDeadline`, `limits::Detected`, the upstream HTTP/1.1 pool's read flag):
+/// every write goes straight to the wrapped connection, field `$field`.
+/// `write_through!(Wrapper, field)`, or `write_through!(impl<I> Wrapper<I>, field)` for a
+/// wrapper generic over its connection.
+macro_rules! write_through {
+    (impl<$io:ident> $wrapper:ty, $field:ident) => {
+        $crate::plumbing::write_through!(@[$io] $wrapper, $field);
+    };
+    ($wrapper:ty, $field:ident) => {
+        $crate::plumbing::write_through!(@[] $wrapper, $field);
+    };
+    (@[$($io:ident)?] $wrapper:ty, $field:ident) => {
+        impl$(<$io: ::tokio::io::AsyncWrite + Unpin>)? ::tokio::io::AsyncWrite for $wrapper {
+            fn poll_write(
+                self: ::std::pin::Pin<&mut Self>,
+                cx: &mut ::std::task::Context<'_>,
+                buf: &[u8],
+            ) -> ::std::task::Poll<::std::io::Result<usize>> {
+                ::std::pin::Pin::new(&mut self.get_mut().$field).poll_write(cx, buf)
+            }
+
+            fn poll_write_vectored(
+                self: ::std::pin::Pin<&mut Self>,
+                cx: &mut ::std::task::Context<'_>,
+                bufs: &[::std::io::IoSlice<'_>],
+            ) -> ::std::task::Poll<::std::io::Result<usize>> {
+                ::std::pin::Pin::new(&mut self.get_mut().$field).poll_write_vectored(cx, bufs)
+            }
+
+            fn is_write_vectored(&self) -> bool {
+                self.$field.is_write_vectored()
+            }
+
+            fn poll_flush(
+                self: ::std::pin::Pin<&mut Self>,
+                cx: &mut ::std::task::Context<'_>,
+            ) -> ::std::task::Poll<::std::io::Result<()>> {
+                ::std::pin::Pin::new(&mut self.get_mut().$field).poll_flush(cx)
+            }
+
+            fn poll_shutdown(
+                self: ::std::pin::Pin<&mut Self>,
+                cx: &mut ::std::task::Context<'_>,
+            ) -> ::std::task::Poll<::std::io::Result<()>> {
+                ::std::pin::Pin::new(&mut self.get_mut().$field).poll_shutdown(cx)
+            }
+        }
+    };
+}
+pub(crate) use write_through;

@@ -59,7 +59,7 @@ use hyper::client::conn::http1;
 use hyper_rustls::MaybeHttpsStream;
 use hyper_util::rt::TokioIo;
 use prometheus_client::metrics::counter::Counter;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, ReadBuf};
 use tokio::net::TcpStream;
 
 use crate::plumbing::{Body, BoxError, empty};
@@ -418,35 +418,7 @@ impl AsyncRead for ReadFlaggingIo {
     }
 }
 
-impl AsyncWrite for ReadFlaggingIo {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.io.is_write_vectored()
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_flush(cx)
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
-    }
-}
+crate::plumbing::write_through!(ReadFlaggingIo, io);
 
 impl Driven {
     /// Lets the connection do its work: write the request and its body, read the response.
