@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # What mvproxy adds to a request on the real control plane: etcd and one kube-apiserver v1.36.3
 # (built from its Go modules and cached by scripts/control-plane/build.sh), mvproxy as the image
-# ships it (release_mvproxy in bench/need-tools.sh; MVPROXY_PGO=0: the plain static release build)
+# ships it (release_mvproxy in bench/need-tools.sh; MVPROXY_PGO=0: the plain static release build;
+# MVPROXY_BIN: a binary already built)
 # in front of it as the shipped configs run it (TLS on both hops, HTTP/2 to the server,
 # front-proxy identity), HAProxy in front of it the same way (TLS in with the client's
 # certificate, its subject as the X-Remote-* headers, HTTP/2 over TLS to the server with the
@@ -19,7 +20,7 @@
 #
 # usage: bench/realcp.sh        env: N (rounds per repeat, default 2000), REPEATS (3),
 #                                    REQ_PATH (default /api/v1/namespaces/default), PROFILE,
-#                                    PROTOS (the client protocols, default "h2 h1")
+#                                    PROTOS (the client protocols, default "h2 h1"), MVPROXY_BIN
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 [ "$(id -u)" -eq 0 ] || { echo "realcp.sh: needs root" >&2; exit 2; }
@@ -33,7 +34,8 @@ trap 'exit 130' INT TERM
 
 # shellcheck source=need-tools.sh
 . "$root/bench/need-tools.sh"
-mvproxy_bin=$(cd "$root" && release_mvproxy)
+mvproxy_bin=${MVPROXY_BIN:-$(cd "$root" && release_mvproxy)}
+[ -x "$mvproxy_bin" ] || { echo "realcp.sh: MVPROXY_BIN=$mvproxy_bin is not an executable" >&2; exit 2; }
 client="$CP_DIR/realcp"
 (cd "$root/bench/realcp" && go build -o "$client" .)
 

@@ -27,10 +27,11 @@ odd repeats), measured with each client protocol:
   HTTP/1.1 keep-alive), divided by the requests completed; the upstream's CPU per request in
   the same run is given too (it is served HTTP/1.1 by nginx, HTTP/2 by the others), and the
   proxy's system calls and context switches per request (`perf stat`, when perf is there);
-* at a fixed RATE (default 2000 req/s; h2load `--rps` from 4 connections of up to 4 streams, or
-  16 HTTP/1.1 connections): CPU per request, and p50/p99 of h2load's per-request latencies
-  minus the upstream's own (the upstream measured straight, over the same client protocol, in
-  the same repeat), with the requests arriving in two ways:
+* at each fixed rate of RATES (default 2000 req/s; `RATES="2000 500"` runs both in each visit;
+  h2load `--rps` from 4 connections of up to 4 streams, or 16 HTTP/1.1 connections): CPU per
+  request, and p50/p99 of the per-request latencies (h2load's log, oha's `--db-url` table) minus
+  the upstream's own (the upstream measured straight, over the same client protocol, in the same
+  repeat), with the requests arriving in two ways:
   - **spread**: the connections open one per millisecond (`-r 1 --rate-period 1ms`), so their
     timers are out of step and requests arrive one or two at a time, a millisecond apart: a
     fixed rate as a server sees many independent clients. One stream per HTTP/2 connection:
@@ -49,21 +50,29 @@ odd repeats), measured with each client protocol:
   that is rare.
 
 Ratios are to HAProxy over the same client protocol in the same repeat; the table gives the
-median and the spread (min–max) over REPEATS (default 3) repeats of DURATION (default 3s).
+median and the spread (min–max) over REPEATS (default 3) repeats of DURATION (default 3s). A
+repeat's p99 is its 60th-slowest request of 6000 (3 s at 2000 req/s), and a moment of another
+process's work on the core moves it by hundreds of µs: the latency tables also pool every
+repeat's requests of a configuration (each repeat's requests spread over the run, interleaved with
+the other configurations') and compare the pooled p50 and p99 with HAProxy's; more repeats give
+the pooled p99 more requests, and a disturbance fewer of them.
 PROTOS (default `h2 h1`) names the client protocols to run.
 PROFILE=NAME records `perf record -e cpu-clock -g` of that configuration's first closed-loop run
 into target/loadtest/realpath-NAME.perf.data and a flat report next to it.
 """
 
+import collections
 import json
 import os
 import re
 import shutil
 import statistics
 import subprocess
+import sqlite3
 import sys
 import tempfile
 import time
+from contextlib import closing
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import loadtest as lt  # noqa: E402
@@ -199,7 +208,7 @@ def seconds(duration):
 
 def spread(port, proto, duration, rate, work):
     """`rate` req/s from the connections of `shape`, their timers a millisecond apart: the
-    requests served, and p50 and p99 of their latency in µs (from h2load's per-request log)."""
+    requests served, and the latency of each in µs (from h2load's per-request log)."""
     clients, _ = shape(proto)
     log = os.path.join(work, "latency.tsv")
     # h2load appends to its log file.
@@ -210,23 +219,35 @@ def spread(port, proto, duration, rate, work):
     args = ["-c", str(clients), "-m", "1", f"--rps={rate / clients:g}",
             "-r", "1", "--rate-period", "1ms", "-n", str(count)]
     n = h2load(port, proto, args, log)
-    lat = sorted(int(line.split("\t")[2]) for line in open(log) if line.count("\t") >= 2)
+    lat = [int(line.split("\t")[2]) for line in open(log) if line.count("\t") >= 2]
     os.unlink(log)
-    return n, lat[len(lat) // 2], lat[min(len(lat) - 1, len(lat) * 99 // 100)]
+    return n, lat
 
 
-def bursts(port, proto, duration, rate, ca):
+def bursts(port, proto, duration, rate, ca, work):
     """`rate` req/s as bursts of BURST requests sent together (oha), from the connections of
-    `shape`: the rate reached, and p50 and p99 of the latency in µs."""
+    `shape`: the rate reached, and the latency of each request in µs (oha's `--db-url` table)."""
     clients, streams = shape(proto)
+    db = os.path.join(work, "bursts.sqlite")
+    if os.path.exists(db):
+        os.unlink(db)
     delay_ms = max(1.0, BURST * 1000 / rate - BURST_LATE_MS)
     argv = ["taskset", "-c", lt.LOAD_CORE, "oha", "--no-tui", "--output-format", "json", "-z", duration,
-            "--burst-delay", f"{delay_ms * 1000:.0f}us", "--burst-rate", str(BURST), "--cacert", ca]
+            "--burst-delay", f"{delay_ms * 1000:.0f}us", "--burst-rate", str(BURST), "--cacert", ca,
+            "--db-url", db]
     argv += ["-c", str(clients)] + (["--http2", "-p", str(streams)] if proto == "h2" else [])
     argv.append(f"https://127.0.0.1:{port}{lt.PATH}")
     res = lt.oha_run(argv, port)
-    lat = res["latencyPercentiles"]
-    return res["summary"]["requestsPerSec"], lat["p50"] * 1e6, lat["p99"] * 1e6
+    with closing(sqlite3.connect(db)) as conn:
+        lat = [d * 1e6 for (d,) in conn.execute("SELECT duration FROM oha WHERE status = 200")]
+    os.unlink(db)
+    return res["summary"]["requestsPerSec"], lat
+
+
+def percentiles(samples):
+    """p50 and p99 of `samples`, as h2load's and oha's own summaries take them (nearest rank)."""
+    lat = sorted(samples)
+    return lat[len(lat) // 2], lat[min(len(lat) - 1, len(lat) * 99 // 100)]
 
 
 def parse_binaries(args):
@@ -256,7 +277,12 @@ def main():
         sys.exit(__doc__)
     reps = int(os.environ.get("REPEATS", "3"))
     duration = os.environ.get("DURATION", "3s")
-    rate = int(os.environ.get("RATE", "2000"))
+    try:
+        rates = [int(r) for r in os.environ.get("RATES", os.environ.get("RATE", "2000")).split()]
+    except ValueError:
+        rates = []
+    if not rates or min(rates) <= 0:
+        sys.exit(f"RATES={os.environ.get('RATES', os.environ.get('RATE'))!r}: give one or more rates in req/s")
     connections = int(os.environ.get("CONNECTIONS", "32"))
     streams = int(os.environ.get("STREAMS", "1"))
     profile = os.environ.get("PROFILE", "")
@@ -314,8 +340,10 @@ def main():
 
         configs = [(name, proto) for name in ports for proto in protos]
         print(f"# {len(configs)} configurations x {reps} repeat(s), {duration} each: {connections} connections "
-              f"closed loop ({streams} HTTP/2 stream(s) each), {rate} req/s open loop; GET {lt.PATH}", flush=True)
+              f"closed loop ({streams} HTTP/2 stream(s) each), {' and '.join(map(str, rates))} req/s open loop; "
+              f"GET {lt.PATH}", flush=True)
         results = {c: [] for c in configs}
+        pooled = collections.defaultdict(list)
         profiled = False
         for rep in range(reps):
             for name, proto in configs if rep % 2 == 0 else configs[::-1]:
@@ -344,21 +372,30 @@ def main():
                                         "--stdio", "-g", "none", "--sort", "dso,symbol"], stdout=f,
                                        stderr=subprocess.DEVNULL)
                     print(f"  profile of {name}: {data}", flush=True)
-                m, p50, p99 = spread(port, proto, duration, rate, work)
-                c2 = lt.cpu_seconds(proxy)
-                burst_rps, burst50, burst99 = bursts(port, proto, duration, rate, ca)
-                r = {"cpu": (c1 - c0) / n * 1e6, "sys": (s1 - s0) / n * 1e6, "up": (u1 - u0) / n * 1e6, "rps": n / seconds(duration),
-                     "cpu_rate": (c2 - c1) / m * 1e6,
+                r = {"cpu": (c1 - c0) / n * 1e6, "sys": (s1 - s0) / n * 1e6, "up": (u1 - u0) / n * 1e6,
+                     "rps": n / seconds(duration),
                      "syscalls": calls / n if calls is not None else float("nan"),
-                     "switches": switches / n if switches is not None else float("nan"), "p50": p50, "p99": p99,
-                     "burst50": burst50, "burst99": burst99, "burst_rps": burst_rps, "rss": lt.rss_mb(proxy)}
+                     "switches": switches / n if switches is not None else float("nan")}
+                line = (f"  [{rep + 1}] {name:14} {proto}  {r['cpu']:5.1f} µs/req closed (system {r['sys']:4.1f}, "
+                        f"upstream {r['up']:4.1f}), {r['rps']:6.0f} req/s, {r['syscalls']:4.2f} syscalls/req, "
+                        f"{r['switches']:4.2f} switches/req")
+                for rate in rates:
+                    c2 = lt.cpu_seconds(proxy)
+                    m, lat = spread(port, proto, duration, rate, work)
+                    r[f"cpu_rate@{rate}"] = (lt.cpu_seconds(proxy) - c2) / m * 1e6
+                    burst_rps, burst_lat = bursts(port, proto, duration, rate, ca, work)
+                    r[f"burst_rps@{rate}"] = burst_rps
+                    for pattern, samples in (("spread", lat), ("bursts", burst_lat)):
+                        p50, p99 = percentiles(samples)
+                        r[f"{pattern}50@{rate}"], r[f"{pattern}99@{rate}"] = p50, p99
+                        pooled[(name, proto, rate, pattern)] += samples
+                    line += (f"; at {rate}/s {r[f'cpu_rate@{rate}']:5.1f} µs/req, p50 {r[f'spread50@{rate}']:5.0f} µs, "
+                             f"p99 {r[f'spread99@{rate}']:6.0f} µs, in bursts ({burst_rps:.0f} req/s) "
+                             f"p50 {r[f'bursts50@{rate}']:5.0f} µs, p99 {r[f'bursts99@{rate}']:6.0f} µs")
+                r["rss"] = lt.rss_mb(proxy)
                 results[(name, proto)].append(r)
-                print(f"  [{rep + 1}] {name:14} {proto}  {r['cpu']:5.1f} µs/req closed (system {r['sys']:4.1f}, upstream {r['up']:4.1f}), "
-                      f"{r['rps']:6.0f} req/s, {r['syscalls']:4.2f} syscalls/req, "
-                      f"{r['switches']:4.2f} switches/req, {r['cpu_rate']:5.1f} µs/req at {rate}/s, p50 {p50:5.0f} µs, "
-                      f"p99 {p99:6.0f} µs, in bursts ({burst_rps:.0f} req/s) p50 {burst50:5.0f} µs, p99 {burst99:6.0f} µs",
-                      flush=True)
-        table = render(results, ports, protos, reps, duration, rate, connections, streams)
+                print(line, flush=True)
+        table = render(results, pooled, ports, protos, reps, duration, rates, connections, streams)
         print()
         print(table)
         with open(os.path.join(out_dir, "realpath.md"), "w") as f:
@@ -375,55 +412,80 @@ def main():
         shutil.rmtree(work, ignore_errors=True)
 
 
-def render(results, ports, protos, reps, duration, rate, connections, streams):
-    burst_rps = [r["burst_rps"] for rows in results.values() for r in rows]
+def render(results, pooled, ports, protos, reps, duration, rates, connections, streams):
+    """The CPU table, then a latency table per rate."""
     rows = [
         f"Loopback, {lt.machine()}; upstream and proxy on core {lt.PROXY_CORE}, load generator on core "
         f"{lt.LOAD_CORE}. Medians (min–max) over {reps} repeat(s) of {duration}; ratios to HAProxy over the "
         f"same client protocol in the same repeat. Closed loop: {connections} connections"
-        f"{f' ({streams} streams each)' if streams > 1 else ''}; open loop: {rate} req/s (in bursts, "
-        f"{min(burst_rps):.0f}–{max(burst_rps):.0f} req/s reached). "
+        f"{f' ({streams} streams each)' if streams > 1 else ''}; open loop: {' and '.join(map(str, rates))} req/s. "
         f"GET {lt.PATH} (2 KB PodList) from an nginx serving HTTP/2 over TLS. Load average at the end: "
         f"{os.getloadavg()[0]:.1f} (1 min), {os.getloadavg()[1]:.1f} (5 min); above about 1.5 other processes "
         f"share the cores, and the latency columns measure them more than the proxies.",
         "",
         "| configuration | client | CPU per request, closed loop | of which system | vs HAProxy | "
-        "upstream's CPU per request | system calls per request | context switches per request | "
-        f"throughput | CPU per request at {rate} req/s | vs HAProxy | added p50 at {rate} req/s, spread | "
-        f"added p99, spread | added p50, in bursts of {BURST} | added p99, in bursts | RSS |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "upstream's CPU per request | system calls per request | context switches per request | throughput | "
+        + "".join(f"CPU per request at {rate} req/s | vs HAProxy | " for rate in rates) + "RSS |",
+        "| --- " * (10 + 2 * len(rates)) + "|",
     ]
+    labels = {"upstream": "upstream alone (nginx, HTTP/2 over TLS)",
+              "haproxy": "HAProxy (1 thread), `proto h2` over TLS out",
+              "nginx": "nginx (1 worker), HTTP/1.1 over TLS out"}
+    clients = {"h2": "HTTP/2, TLS", "h1": "HTTP/1.1, TLS"}
     for name in ports:
         for proto in protos:
-            v = results[(name, proto)]
-            ref = results[("haproxy", proto)]
-            base = results[("upstream", proto)]
-            client = "HTTP/2, TLS" if proto == "h2" else "HTTP/1.1, TLS"
+            v, ref = results[(name, proto)], results[("haproxy", proto)]
 
             def vals(key, rows=v):
                 return [r[key] for r in rows]
 
-            def ratio(key):
-                return rng([a[key] / b[key] for a, b in zip(v, ref)], "{:.2f}")
-
-            def added(key):
-                return rng([a[key] - b[key] for a, b in zip(v, base)], "{:+.0f}") + " µs"
-            if name == "upstream":
-                rows.append(f"| upstream alone (nginx, HTTP/2 over TLS) | {client} | {rng(vals('cpu'), '{:.1f}')} µs | "
-                            f"{rng(vals('sys'), '{:.1f}')} µs | — | — | {rng(vals('syscalls'), '{:.2f}')} | "
-                            f"{rng(vals('switches'), '{:.2f}')} | {rng(vals('rps'), '{:.0f}')} req/s | {rng(vals('cpu_rate'), '{:.1f}')} µs | — | "
-                            f"p50 {rng(vals('p50'), '{:.0f}')} µs (absolute) | p99 {rng(vals('p99'), '{:.0f}')} µs "
-                            f"(absolute) | p50 {rng(vals('burst50'), '{:.0f}')} µs (absolute) | "
-                            f"p99 {rng(vals('burst99'), '{:.0f}')} µs (absolute) | {med(vals('rss')):.1f} MB |")
-                continue
-            label = {"haproxy": "HAProxy (1 thread), `proto h2` over TLS out",
-                     "nginx": "nginx (1 worker), HTTP/1.1 over TLS out"}.get(name, f"{name}, HTTP/2 over TLS out")
-            rows.append(f"| {label} | {client} | {rng(vals('cpu'), '{:.1f}')} µs | "
-                        f"{rng(vals('sys'), '{:.1f}')} µs | {ratio('cpu')} | "
-                        f"{rng(vals('up'), '{:.1f}')} µs | {rng(vals('syscalls'), '{:.2f}')} | "
-                        f"{rng(vals('switches'), '{:.2f}')} | {rng(vals('rps'), '{:.0f}')} req/s | "
-                        f"{rng(vals('cpu_rate'), '{:.1f}')} µs | {ratio('cpu_rate')} | {added('p50')} | "
-                        f"{added('p99')} | {added('burst50')} | {added('burst99')} | {med(vals('rss')):.1f} MB |")
+            def ratio(key, rows=v):
+                return "—" if name == "upstream" else rng([a[key] / b[key] for a, b in zip(rows, ref)], "{:.2f}")
+            label = labels.get(name, f"{name}, HTTP/2 over TLS out")
+            rows.append(f"| {label} | {clients[proto]} | {rng(vals('cpu'), '{:.1f}')} µs | {rng(vals('sys'), '{:.1f}')} µs | "
+                        f"{ratio('cpu')} | {'—' if name == 'upstream' else rng(vals('up'), '{:.1f}') + ' µs'} | "
+                        f"{rng(vals('syscalls'), '{:.2f}')} | {rng(vals('switches'), '{:.2f}')} | "
+                        f"{rng(vals('rps'), '{:.0f}')} req/s | "
+                        + "".join(f"{rng(vals(f'cpu_rate@{rate}'), '{:.1f}')} µs | {ratio(f'cpu_rate@{rate}')} | "
+                                  for rate in rates)
+                        + f"{med(vals('rss')):.1f} MB |")
+    for rate in rates:
+        burst_rps = [r[f"burst_rps@{rate}"] for rows_ in results.values() for r in rows_]
+        counts = sorted({len(pooled[k]) for k in pooled if k[2] == rate})
+        rows += [
+            "",
+            f"Added latency at {rate} req/s (in bursts, {min(burst_rps):.0f}–{max(burst_rps):.0f} req/s reached): "
+            "p50 and p99 of each repeat minus the upstream's in the same repeat, median (min–max); "
+            f"*all requests* pools every repeat's requests of a configuration ({counts[0]}–{counts[-1]}) and "
+            "subtracts the upstream's pooled percentile; *vs HAProxy* is a configuration's pooled p50 / p99 minus "
+            "HAProxy's over the same client protocol (negative: below it), and in how many repeats its p99 was "
+            "at or below HAProxy's.",
+            "",
+            "| configuration | client | added p50, spread | added p99, spread | all requests, p50 / p99 | "
+            "vs HAProxy | added p50, in bursts | added p99, in bursts | all requests, p50 / p99 | vs HAProxy |",
+            "| --- " * 10 + "|",
+        ]
+        for name in ports:
+            for proto in protos:
+                v, ref, base = results[(name, proto)], results[("haproxy", proto)], results[("upstream", proto)]
+                cells = []
+                for pattern in ("spread", "bursts"):
+                    p50, p99 = f"{pattern}50@{rate}", f"{pattern}99@{rate}"
+                    own = percentiles(pooled[(name, proto, rate, pattern)])
+                    if name == "upstream":
+                        cells += [f"p50 {rng([r[p50] for r in v], '{:.0f}')} µs (absolute)",
+                                  f"p99 {rng([r[p99] for r in v], '{:.0f}')} µs (absolute)",
+                                  f"{own[0]:.0f} / {own[1]:.0f} µs (absolute)", "—"]
+                        continue
+                    up = percentiles(pooled[("upstream", proto, rate, pattern)])
+                    ha = percentiles(pooled[("haproxy", proto, rate, pattern)])
+                    below = sum(a[p99] <= b[p99] for a, b in zip(v, ref))
+                    cells += [rng([a[p50] - b[p50] for a, b in zip(v, base)], "{:+.0f}") + " µs",
+                              rng([a[p99] - b[p99] for a, b in zip(v, base)], "{:+.0f}") + " µs",
+                              f"{own[0] - up[0]:+.0f} / {own[1] - up[1]:+.0f} µs",
+                              "—" if name == "haproxy" else
+                              f"{own[0] - ha[0]:+.0f} / {own[1] - ha[1]:+.0f} µs; p99 {below} of {len(v)}"]
+                rows.append(f"| {labels.get(name, name)} | {clients[proto]} | " + " | ".join(cells) + " |")
     return "\n".join(rows) + "\n"
 
 
