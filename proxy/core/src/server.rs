@@ -8,6 +8,7 @@
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -534,8 +535,25 @@ async fn answer(
     Ok(handle(app, conn, req).await)
 }
 
+/// [`answer`]'s future in a box of its own, written in place. The future is 7 KB (the whole
+/// request path's state), and each protocol's server would otherwise move it whole:
+/// hyper's HTTP/2 server spawns a task per request holding it (tokio moves a task's future
+/// into its cell, and `Box::pin(answer(..))` copied all 7 KB into the box first: about an
+/// eighth of the bytes the proxy copies per request, bench/PERF_NOTES.md, twenty-fourth
+/// round); hyper's HTTP/1.1 server keeps a box of the future's size for the connection's
+/// life, 7 KB per open watch though a watch's request future ends with the response head.
+/// `Box::write` into a fresh allocation lets the compiler build the future there: only its
+/// arguments are written.
+fn answer_boxed(
+    app: Arc<App>,
+    conn: Arc<ClientConn>,
+    req: Request<Incoming>,
+) -> Pin<Box<impl Future<Output = Result<Response<Body>, Infallible>>>> {
+    Box::into_pin(Box::write(Box::new_uninit(), answer(app, conn, req)))
+}
+
 /// A client connection's service: each request answered by [`handle`] with the connection's
-/// client identity, its future made by `start` ([`answer`] itself, or boxed: see [`serve`]).
+/// client identity, its future made by `start` ([`answer_boxed`]).
 fn connection_service<S, F>(
     app: Arc<App>,
     conn: ClientConn,
@@ -614,24 +632,11 @@ pub(crate) async fn serve(
             };
             let protocol = first.protocol;
             let io = limits::Detected::new(first, io);
+            // Each request's future is boxed, built in its box: see `answer_boxed`.
+            let service = connection_service(app, conn, answer_boxed);
             let result = match protocol {
-                Protocol::Http2 => {
-                    // For HTTP/2 each request's future is boxed: hyper's HTTP/2 server spawns a
-                    // task per request holding it, and tokio moves a task's future by value
-                    // (into the task cell, and over it again when it completes), several KB
-                    // each time; boxed, those moves are of a pointer (they were 8 % of the
-                    // proxy's CPU under TLS + HTTP/2, bench/PERF_NOTES.md). HTTP/1.1 keeps it
-                    // inline: hyper's HTTP/1.1 server holds it in place, and the box would
-                    // only add an allocation per request.
-                    let service = connection_service(app, conn, |app, id, req| {
-                        Box::pin(answer(app, id, req))
-                    });
-                    http.http2(io, service, &shutdown).await
-                }
-                Protocol::Http1 => {
-                    let service = connection_service(app, conn, answer);
-                    http.http1(io, service, &shutdown).await
-                }
+                Protocol::Http2 => http.http2(io, service, &shutdown).await,
+                Protocol::Http1 => http.http1(io, service, &shutdown).await,
             };
             if let Err(e) = result {
                 tracing::debug!(%remote, error = %e, "connection closed with error");
