@@ -553,23 +553,10 @@ fn answer_boxed(
 }
 
 /// A client connection's service: each request answered by [`handle`] with the connection's
-/// client identity, its future made by `start` ([`answer_boxed`]).
-fn connection_service<S, F>(
-    app: Arc<App>,
-    conn: ClientConn,
-    start: S,
-) -> impl hyper::service::Service<
-    Request<Incoming>,
-    Response = Response<Body>,
-    Error = Infallible,
-    Future = F,
->
-where
-    S: Fn(Arc<App>, Arc<ClientConn>, Request<Incoming>) -> F,
-    F: Future<Output = Result<Response<Body>, Infallible>>,
-{
+/// client identity, its future built in its box ([`answer_boxed`]).
+fn connection_service(app: Arc<App>, conn: ClientConn) -> impl limits::ClientService {
     let conn = Arc::new(conn);
-    hyper::service::service_fn(move |req| start(app.clone(), conn.clone(), req))
+    hyper::service::service_fn(move |req| answer_boxed(app.clone(), conn.clone(), req))
 }
 
 /// Serves the proxy on `listener` until `shutdown` is cancelled, then drains open connections.
@@ -632,8 +619,7 @@ pub(crate) async fn serve(
             };
             let protocol = first.protocol;
             let io = limits::Detected::new(first, io);
-            // Each request's future is boxed, built in its box: see `answer_boxed`.
-            let service = connection_service(app, conn, answer_boxed);
+            let service = connection_service(app, conn);
             let result = match protocol {
                 Protocol::Http2 => http.http2(io, service, &shutdown).await,
                 Protocol::Http1 => http.http1(io, service, &shutdown).await,
