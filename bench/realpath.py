@@ -59,6 +59,11 @@ the pooled p99 more requests, and a disturbance fewer of them.
 PROTOS (default `h2 h1`) names the client protocols to run.
 PROFILE=NAME records `perf record -e cpu-clock -g` of that configuration's first closed-loop run
 into target/loadtest/realpath-NAME.perf.data and a flat report next to it.
+COPIES=NAME counts, in a closed-loop run of its own per client protocol (the first repeat), the
+bytes that build copies per request with memmove and memcpy, and the calls: uprobes on glibc's
+implementations record each call's length (bench/PERF_NOTES.md, twenty-fourth round). A profile
+puts those copies at several times the share of the CPU that `bench/instructions.sh` counts. It
+needs a build linked to glibc (a plain `cargo build --release`, not the static shipped one).
 """
 
 import collections
@@ -83,6 +88,10 @@ UP_TLS, HAPROXY_RP, NGINX_RP, SINK = 18501, 18502, 18503, 18599
 BURST, BURST_LATE_MS = 16, 1.5
 # The perf stat events counted per request.
 SYSCALLS, SWITCHES = "raw_syscalls:sys_enter", "context-switches"
+# glibc's memmove implementations (memcpy is the same code; the CPU decides which one runs), and
+# the requests counted in COPIES's run (each copy traps into a uprobe: the run is slow).
+MEMMOVES = ("avx512", "evex", "avx", "sse2")
+COPIES_REQUESTS = 2000
 MVPROXY0, ADMIN0 = 18510, 18530
 
 
@@ -250,6 +259,48 @@ def percentiles(samples):
     return lat[len(lat) // 2], lat[min(len(lat) - 1, len(lat) * 99 // 100)]
 
 
+def copy_probes(binary):
+    """Adds uprobes recording the length of each call of the memmove implementations of the
+    libc `binary` links, and returns their events; exits when it links none (the shipped build
+    is static and stripped: count a plain `cargo build --release` binary)."""
+    ldd = subprocess.run(["ldd", binary], capture_output=True, text=True).stdout
+    libc = re.search(r"libc\.so\.6 => (\S+)", ldd)
+    if not libc or not shutil.which("perf"):
+        sys.exit(f"COPIES: {binary} links no libc.so.6 (or perf is missing): give it a plain "
+                 "`cargo build --release` binary")
+    subprocess.run(["perf", "probe", "-q", "-d", "probe_libc:mvproxy_copy_*"], capture_output=True)
+    events = []
+    for impl in MEMMOVES:
+        event = f"mvproxy_copy_{impl}"
+        add = subprocess.run(["perf", "probe", "-q", "-x", libc.group(1), "--add",
+                              f"{event}=__memmove_{impl}_unaligned_erms len=%dx:u64"], capture_output=True)
+        if add.returncode == 0:
+            events.append(f"probe_libc:{event}")
+    if not events:
+        sys.exit(f"COPIES: no memmove implementation of {libc.group(1)} could be probed")
+    return events
+
+
+def count_copies(pids, events, port, proto, connections, streams):
+    """The calls of memmove (and memcpy) in `pids` and the bytes they copy, per request, over
+    COPIES_REQUESTS closed-loop requests; and the sizes that copy the most bytes."""
+    data = tempfile.mktemp(prefix="bench-copies-")
+    rec = subprocess.Popen(["taskset", "-c", lt.LOAD_CORE, "perf", "record", "-q", "-e", ",".join(events),
+                            "-o", data, "-p", ",".join(map(str, pids))],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(0.5)
+    served = h2load(port, proto, ["-n", str(COPIES_REQUESTS), "-c", str(connections),
+                                  "-m", str(streams if proto == "h2" else 1)])
+    rec.send_signal(2)
+    rec.wait()
+    trace = subprocess.run(["perf", "script", "-i", data, "-F", "trace"], capture_output=True, text=True).stdout
+    os.unlink(data)
+    lengths = [int(n, 0) for n in re.findall(r"len=(\w+)", trace)]
+    largest = sorted(collections.Counter(lengths).items(), key=lambda kv: -kv[0] * kv[1])[:5]
+    return (len(lengths) / served, sum(lengths) / served,
+            ", ".join(f"{size} B × {count / served:.2f}" for size, count in largest))
+
+
 def parse_binaries(args):
     """`[LABEL=]BINARY[@RATIO]` arguments (default target/release/mvproxy) as (label, path,
     sampling ratio or ""), labelled `mvproxy`, `mvproxy-2`, ... when unnamed."""
@@ -286,6 +337,7 @@ def main():
     connections = int(os.environ.get("CONNECTIONS", "32"))
     streams = int(os.environ.get("STREAMS", "1"))
     profile = os.environ.get("PROFILE", "")
+    copies = os.environ.get("COPIES", "")
     protos = os.environ.get("PROTOS", "h2 h1").split()
     if not protos or set(protos) - {"h2", "h1"}:
         sys.exit(f"PROTOS={os.environ.get('PROTOS')!r}: give h2, h1 or both")
@@ -293,6 +345,13 @@ def main():
     os.makedirs(out_dir, exist_ok=True)
 
     binaries = parse_binaries(sys.argv[1:])
+    copy_events = []
+    if copies:
+        path = {label: path for label, path, _ in binaries}.get(copies)
+        if path is None:
+            sys.exit(f"COPIES={copies!r}: name one of the mvproxy builds ({', '.join(b[0] for b in binaries)})")
+        copy_events = copy_probes(path)
+    copy_lines = []
 
     work = tempfile.mkdtemp(prefix="mvproxy-realpath-")
     os.chmod(work, 0o755)  # nginx workers run as another user
@@ -372,6 +431,12 @@ def main():
                                         "--stdio", "-g", "none", "--sort", "dso,symbol"], stdout=f,
                                        stderr=subprocess.DEVNULL)
                     print(f"  profile of {name}: {data}", flush=True)
+                if copy_events and name == copies and rep == 0:
+                    calls, copied, largest = count_copies(proxy, copy_events, port, proto, connections, streams)
+                    copy_lines.append(f"{name}, {'HTTP/2' if proto == 'h2' else 'HTTP/1.1'} client: {calls:.0f} "
+                                      f"copies (memmove, memcpy) and {copied / 1000:.1f} KB copied per request; "
+                                      f"the sizes that copy the most: {largest}.")
+                    print(f"  copies in {copy_lines[-1]}", flush=True)
                 r = {"cpu": (c1 - c0) / n * 1e6, "sys": (s1 - s0) / n * 1e6, "up": (u1 - u0) / n * 1e6,
                      "rps": n / seconds(duration),
                      "syscalls": calls / n if calls is not None else float("nan"),
@@ -396,6 +461,9 @@ def main():
                 results[(name, proto)].append(r)
                 print(line, flush=True)
         table = render(results, pooled, ports, protos, reps, duration, rates, connections, streams)
+        if copy_lines:
+            table += f"\nCopies, counted over {COPIES_REQUESTS} closed-loop requests of their own (uprobes on glibc's " \
+                     "memmove, `COPIES`):\n\n" + "".join(f"- {line}\n" for line in copy_lines)
         print()
         print(table)
         with open(os.path.join(out_dir, "realpath.md"), "w") as f:
@@ -410,6 +478,8 @@ def main():
     finally:
         procs.stop()
         shutil.rmtree(work, ignore_errors=True)
+        if copy_events:
+            subprocess.run(["perf", "probe", "-q", "-d", "probe_libc:mvproxy_copy_*"], capture_output=True)
 
 
 def render(results, pooled, ports, protos, reps, duration, rates, connections, streams):
