@@ -432,8 +432,9 @@ def main():
                                        stderr=subprocess.DEVNULL)
                     print(f"  profile of {name}: {data}", flush=True)
                 if copy_events and name == copies and rep == 0:
-                    calls, copied, largest = count_copies(proxy, copy_events, port, proto, connections, streams)
-                    copy_lines.append(f"{name}, {'HTTP/2' if proto == 'h2' else 'HTTP/1.1'} client: {calls:.0f} "
+                    copy_calls, copied, largest = count_copies(proxy, copy_events, port, proto, connections,
+                                                               streams)
+                    copy_lines.append(f"{name}, {'HTTP/2' if proto == 'h2' else 'HTTP/1.1'} client: {copy_calls:.0f} "
                                       f"copies (memmove, memcpy) and {copied / 1000:.1f} KB copied per request; "
                                       f"the sizes that copy the most: {largest}.")
                     print(f"  copies in {copy_lines[-1]}", flush=True)
