@@ -63,7 +63,8 @@ COPIES=NAME counts, in a closed-loop run of its own per client protocol (the fir
 bytes that build copies per request with memmove and memcpy, and the calls: uprobes on glibc's
 implementations record each call's length (bench/PERF_NOTES.md, twenty-fourth round). A profile
 puts those copies at several times the share of the CPU that `bench/instructions.sh` counts. It
-needs a build linked to glibc (a plain `cargo build --release`, not the static shipped one).
+needs a build linked to glibc (a plain `cargo build --release -p mvproxy --bin mvproxy`, not the
+static shipped one).
 """
 
 import collections
@@ -262,12 +263,12 @@ def percentiles(samples):
 def copy_probes(binary):
     """Adds uprobes recording the length of each call of the memmove implementations of the
     libc `binary` links, and returns their events; exits when it links none (the shipped build
-    is static and stripped: count a plain `cargo build --release` binary)."""
+    is static and stripped: count a plain `cargo build --release -p mvproxy --bin mvproxy` binary)."""
     ldd = subprocess.run(["ldd", binary], capture_output=True, text=True).stdout
     libc = re.search(r"libc\.so\.6 => (\S+)", ldd)
     if not libc or not shutil.which("perf"):
         sys.exit(f"COPIES: {binary} links no libc.so.6 (or perf is missing): give it a plain "
-                 "`cargo build --release` binary")
+                 "`cargo build --release -p mvproxy --bin mvproxy` binary")
     subprocess.run(["perf", "probe", "-q", "-d", "probe_libc:mvproxy_copy_*"], capture_output=True)
     events = []
     for impl in MEMMOVES:
