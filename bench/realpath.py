@@ -49,6 +49,8 @@ odd repeats), measured with each client protocol:
   charged to them: at 2000 req/s, a tenth of what every proxy here serves on a quiet machine,
   that is rare.
 
+The same build given twice (`a=BIN b=BIN`) is a control: the table then says how far apart its
+two copies came out, the band within which a difference to HAProxy is the machine's.
 Ratios are to HAProxy over the same client protocol in the same repeat; the table gives the
 median and the spread (min–max) over REPEATS (default 3) repeats of DURATION (default 3s). A
 repeat's p99 is its 60th-slowest request of 6000 (3 s at 2000 req/s), and a moment of another
@@ -57,6 +59,9 @@ repeat's requests of a configuration (each repeat's requests spread over the run
 the other configurations') and compare the pooled p50 and p99 with HAProxy's; more repeats give
 the pooled p99 more requests, and a disturbance fewer of them.
 PROTOS (default `h2 h1`) names the client protocols to run.
+LATENCIES=DIR keeps every open-loop run's per-request log there (h2load's tab-separated log:
+start in µs since the epoch, status, latency in µs; oha's sqlite table), named
+NAME-PROTO-RATE-REPEAT-spread.tsv and -bursts.sqlite, to see when the slow requests came.
 PROFILE=NAME records `perf record -e cpu-clock -g` of that configuration's first closed-loop run
 into target/loadtest/realpath-NAME.perf.data and a flat report next to it.
 COPIES=NAME counts, in a closed-loop run of its own per client protocol (the first repeat), the
@@ -216,7 +221,15 @@ def seconds(duration):
     return float(duration.rstrip("s"))
 
 
-def spread(port, proto, duration, rate, work):
+def keep(path, keep_as):
+    """Moves a run's per-request log to `keep_as` (`LATENCIES`), or deletes it."""
+    if keep_as:
+        shutil.move(path, keep_as)
+    else:
+        os.unlink(path)
+
+
+def spread(port, proto, duration, rate, work, keep_as=None):
     """`rate` req/s from the connections of `shape`, their timers a millisecond apart: the
     requests served, and the latency of each in µs (from h2load's per-request log)."""
     clients, _ = shape(proto)
@@ -230,11 +243,11 @@ def spread(port, proto, duration, rate, work):
             "-r", "1", "--rate-period", "1ms", "-n", str(count)]
     n = h2load(port, proto, args, log)
     lat = [int(line.split("\t")[2]) for line in open(log) if line.count("\t") >= 2]
-    os.unlink(log)
+    keep(log, keep_as)
     return n, lat
 
 
-def bursts(port, proto, duration, rate, ca, work):
+def bursts(port, proto, duration, rate, ca, work, keep_as=None):
     """`rate` req/s as bursts of BURST requests sent together (oha), from the connections of
     `shape`: the rate reached, and the latency of each request in µs (oha's `--db-url` table)."""
     clients, streams = shape(proto)
@@ -250,7 +263,7 @@ def bursts(port, proto, duration, rate, ca, work):
     res = lt.oha_run(argv, port)
     with closing(sqlite3.connect(db)) as conn:
         lat = [d * 1e6 for (d,) in conn.execute("SELECT duration FROM oha WHERE status = 200")]
-    os.unlink(db)
+    keep(db, keep_as)
     return res["summary"]["requestsPerSec"], lat
 
 
@@ -339,6 +352,9 @@ def main():
     streams = int(os.environ.get("STREAMS", "1"))
     profile = os.environ.get("PROFILE", "")
     copies = os.environ.get("COPIES", "")
+    latencies = os.environ.get("LATENCIES", "")
+    if latencies:
+        os.makedirs(latencies, exist_ok=True)
     protos = os.environ.get("PROTOS", "h2 h1").split()
     if not protos or set(protos) - {"h2", "h1"}:
         sys.exit(f"PROTOS={os.environ.get('PROTOS')!r}: give h2, h1 or both")
@@ -448,9 +464,11 @@ def main():
                         f"{r['switches']:4.2f} switches/req")
                 for rate in rates:
                     c2 = lt.cpu_seconds(proxy)
-                    m, lat = spread(port, proto, duration, rate, work)
+                    kept = os.path.join(latencies, f"{name}-{proto}-{rate}-{rep + 1}") if latencies else None
+                    m, lat = spread(port, proto, duration, rate, work, kept and kept + "-spread.tsv")
                     r[f"cpu_rate@{rate}"] = (lt.cpu_seconds(proxy) - c2) / m * 1e6
-                    burst_rps, burst_lat = bursts(port, proto, duration, rate, ca, work)
+                    burst_rps, burst_lat = bursts(port, proto, duration, rate, ca, work,
+                                                  kept and kept + "-bursts.sqlite")
                     r[f"burst_rps@{rate}"] = burst_rps
                     for pattern, samples in (("spread", lat), ("bursts", burst_lat)):
                         p50, p99 = percentiles(samples)
@@ -463,6 +481,7 @@ def main():
                 results[(name, proto)].append(r)
                 print(line, flush=True)
         table = render(results, pooled, ports, protos, reps, duration, rates, connections, streams)
+        table += same_build(binaries, results, pooled, protos, rates)
         if copy_lines:
             table += f"\nCopies, counted over {COPIES_REQUESTS} closed-loop requests of their own (uprobes on glibc's " \
                      "memmove, `COPIES`):\n\n" + "".join(f"- {line}\n" for line in copy_lines)
@@ -559,6 +578,35 @@ def render(results, pooled, ports, protos, reps, duration, rates, connections, s
                               f"{own[0] - ha[0]:+.0f} / {own[1] - ha[1]:+.0f} µs; p99 {below} of {len(v)}"]
                 rows.append(f"| {labels.get(name, name)} | {clients[proto]} | " + " | ".join(cells) + " |")
     return "\n".join(rows) + "\n"
+
+
+
+def same_build(binaries, results, pooled, protos, rates):
+    """For each two labels that run the same build the same way (`a=BIN b=BIN`), how far apart
+    their latencies came out: the band within which a difference to HAProxy is the machine's,
+    not the proxy's (bench/PERF_NOTES.md, twenty-fifth round). Empty without such a pair."""
+    runs = collections.defaultdict(list)
+    for label, path, ratio in binaries:
+        runs[(os.path.realpath(path), ratio)].append(label)
+    pairs = [(labels[0], other) for labels in runs.values() for other in labels[1:]]
+    if not pairs:
+        return ""
+    lines = ["", "The same build twice (a control: every difference between them is the machine's): pooled "
+             "p50 / p99 of the first minus the second, and in how many repeats its p99 was at or below the second's.",
+             ""]
+    for a, b in pairs:
+        for proto in protos:
+            cells = []
+            for rate in rates:
+                for pattern in ("spread", "bursts"):
+                    pa = percentiles(pooled[(a, proto, rate, pattern)])
+                    pb = percentiles(pooled[(b, proto, rate, pattern)])
+                    key = f"{pattern}99@{rate}"
+                    below = sum(x[key] <= y[key] for x, y in zip(results[(a, proto)], results[(b, proto)]))
+                    cells.append(f"{rate} req/s {pattern} {pa[0] - pb[0]:+.0f} / {pa[1] - pb[1]:+.0f} µs "
+                                 f"({below} of {len(results[(a, proto)])})")
+            lines.append(f"- {a} − {b}, {'HTTP/2' if proto == 'h2' else 'HTTP/1.1'} client: " + "; ".join(cells) + ".")
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":
