@@ -580,7 +580,6 @@ def render(results, pooled, ports, protos, reps, duration, rates, connections, s
     return "\n".join(rows) + "\n"
 
 
-
 def same_build(binaries, results, pooled, protos, rates):
     """For each two labels that run the same build the same way (`a=BIN b=BIN`), how far apart
     their latencies came out: the band within which a difference to HAProxy is the machine's,
