@@ -13,8 +13,11 @@ For each client protocol, rate and arrival pattern:
 * **held back**: bursts (oha's, 16 requests sent together) whose *fastest* request took over
   HELD µs (default 1500): the whole burst waited, something other than the burst's own work
   held the core. Counted for every configuration, the upstream alone included, since what holds
-  them all is the machine. The first two bursts of each run (its connections' first use) are
-  left out.
+  them all is the machine.
+* **pooled**: every repeat's requests of a LABEL together, p50 and p99 minus HAProxy's.
+
+As in `bench/realpath.py`, the requests sent in each run's first 50 ms (its connections' TLS
+handshakes, `WARMUP_US`) are left out everywhere.
 
 LABELs default to every configuration in DIR other than `upstream`, `haproxy` and `nginx`.
 """
@@ -25,6 +28,9 @@ import sqlite3
 import statistics
 import sys
 from contextlib import closing
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from realpath import WARMUP_US, settled  # noqa: E402
 
 PEERS = ("upstream", "haproxy", "nginx")
 HELD = float(os.environ.get("HELD", "1500"))
@@ -54,25 +60,30 @@ def requests(path):
         return sorted((s * 1e6, d * 1e6) for s, d in conn.execute("SELECT start, duration FROM oha WHERE status = 200"))
 
 
-def p50_p99(path):
-    lat = sorted(latency for _, latency in requests(path))
+def p50_p99(latencies):
+    lat = sorted(latencies)
     return lat[len(lat) // 2], lat[min(len(lat) - 1, len(lat) * 99 // 100)]
 
 
 def held_back(path):
+    rows = requests(path)
+    first = rows[0][0] if rows else 0
     bursts = []
-    for start, latency in requests(path):
+    for start, latency in rows:
+        if start - first < WARMUP_US:
+            continue
         if bursts and start - bursts[-1][-1][0] < BURST_GAP_US:
             bursts[-1].append((start, latency))
         else:
             bursts.append([(start, latency)])
-    return sum(min(latency for _, latency in b) > HELD for b in bursts[2:])
+    return sum(min(latency for _, latency in b) > HELD for b in bursts)
 
 
 def paired(reps_a, reps_b):
     """Median p50 and p99 differences of a to b over their common repeats, and the counts at or below."""
     common = sorted(set(reps_a) & set(reps_b))
-    diffs = [[x - y for x, y in zip(p50_p99(reps_a[r]), p50_p99(reps_b[r]))] for r in common]
+    diffs = [[x - y for x, y in zip(p50_p99(settled(requests(reps_a[r]))), p50_p99(settled(requests(reps_b[r]))))]
+             for r in common]
     cells = []
     for i in (0, 1):
         d = [row[i] for row in diffs]
@@ -94,8 +105,12 @@ def main():
         client = "HTTP/2" if proto == "h2" else "HTTP/1.1"
         print(f"{client} client, {rate} req/s {pattern}: p50 / p99 minus the other's in the same repeat, "
               "median (repeats at or below)")
+        pooled = {label: p50_p99([x for path in by_label[label].values() for x in settled(requests(path))])
+                  for label in labels + ["haproxy"]}
         for label in labels:
-            print(f"  {label} - haproxy: {paired(by_label[label], by_label['haproxy'])}")
+            ha = pooled["haproxy"]
+            print(f"  {label} - haproxy: {paired(by_label[label], by_label['haproxy'])}; pooled "
+                  f"{pooled[label][0] - ha[0]:+.0f} / {pooled[label][1] - ha[1]:+.0f}")
         for i, a in enumerate(labels):
             for b in labels[i + 1:]:
                 print(f"  {a} - {b}: {paired(by_label[a], by_label[b])}")

@@ -45,6 +45,8 @@ odd repeats), measured with each client protocol:
     finished the handshakes (6 to 16 for the same proxy, run to run), and proxies were compared
     over different bursts (bench/PERF_NOTES.md, sixteenth round). oha's burst timer (a sleep)
     adds about 1.5 ms to each period: it is shortened by that, and the rate reached is printed.
+  The requests sent in each run's first 50 ms are left out: the connections' TLS handshakes
+  happen then (16 of them with oha's first HTTP/1.1 burst), and those requests measure them.
   Both measure from when a request leaves, so a stall that holds back later requests is not
   charged to them: at 2000 req/s, a tenth of what every proxy here serves on a quiet machine,
   that is rare.
@@ -99,6 +101,13 @@ SYSCALLS, SWITCHES = "raw_syscalls:sys_enter", "context-switches"
 MEMMOVES = ("avx512", "evex", "avx", "sse2")
 COPIES_REQUESTS = 2000
 MVPROXY0, ADMIN0 = 18510, 18530
+# A run's first requests go out while its connections are being opened (h2load opens one a
+# millisecond, oha opens its 16 HTTP/1.1 connections with its first burst) and each TLS
+# handshake holds the core for a millisecond or two: those requests measure the handshakes, oha's
+# first HTTP/1.1 burst 30-80 ms of them, about 1 % of a 1 s run's requests at 2000 req/s, and
+# decided its p99 (bench/PERF_NOTES.md, twenty-fifth round). The requests sent in a run's first
+# WARMUP_US are left out of its latencies, alike for every configuration.
+WARMUP_US = 50_000
 
 
 def upstream_conf(work, root, cert, key):
@@ -229,6 +238,12 @@ def keep(path, keep_as):
         os.unlink(path)
 
 
+def settled(requests):
+    """The latencies of `requests` ((start, latency) in µs) sent after their run's first WARMUP_US."""
+    first = min((start for start, _ in requests), default=0)
+    return [latency for start, latency in requests if start - first >= WARMUP_US]
+
+
 def spread(port, proto, duration, rate, work, keep_as=None):
     """`rate` req/s from the connections of `shape`, their timers a millisecond apart: the
     requests served, and the latency of each in µs (from h2load's per-request log)."""
@@ -242,7 +257,8 @@ def spread(port, proto, duration, rate, work, keep_as=None):
     args = ["-c", str(clients), "-m", "1", f"--rps={rate / clients:g}",
             "-r", "1", "--rate-period", "1ms", "-n", str(count)]
     n = h2load(port, proto, args, log)
-    lat = [int(line.split("\t")[2]) for line in open(log) if line.count("\t") >= 2]
+    rows = [line.split("\t") for line in open(log)]
+    lat = settled([(int(r[0]), int(r[2])) for r in rows if len(r) >= 3])
     keep(log, keep_as)
     return n, lat
 
@@ -262,7 +278,8 @@ def bursts(port, proto, duration, rate, ca, work, keep_as=None):
     argv.append(f"https://127.0.0.1:{port}{lt.PATH}")
     res = lt.oha_run(argv, port)
     with closing(sqlite3.connect(db)) as conn:
-        lat = [d * 1e6 for (d,) in conn.execute("SELECT duration FROM oha WHERE status = 200")]
+        lat = settled([(start * 1e6, d * 1e6)
+                       for start, d in conn.execute("SELECT start, duration FROM oha WHERE status = 200")])
     keep(db, keep_as)
     return res["summary"]["requestsPerSec"], lat
 
