@@ -33,7 +33,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from realpath import WARMUP_US, settled  # noqa: E402
 
 PEERS = ("upstream", "haproxy", "nginx")
-HELD = float(os.environ.get("HELD", "1500"))
+try:
+    HELD = float(os.environ.get("HELD", "1500"))
+except ValueError:
+    sys.exit(f"HELD={os.environ['HELD']!r}: give a latency in µs")
 # oha sends a burst's requests within a few hundred µs; the next burst is milliseconds later.
 BURST_GAP_US = 1000
 
