@@ -30,7 +30,7 @@ import sys
 from contextlib import closing
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from realpath import WARMUP_US, settled  # noqa: E402
+from realpath import WARMUP_US, percentiles, settled  # noqa: E402
 
 PEERS = ("upstream", "haproxy", "nginx")
 try:
@@ -63,9 +63,9 @@ def requests(path):
         return sorted((s * 1e6, d * 1e6) for s, d in conn.execute("SELECT start, duration FROM oha WHERE status = 200"))
 
 
-def p50_p99(latencies):
-    lat = sorted(latencies)
-    return lat[len(lat) // 2], lat[min(len(lat) - 1, len(lat) * 99 // 100)]
+def settled_of(path):
+    """The latencies of a kept log's requests, its run's first WARMUP_US left out."""
+    return settled(requests(path))
 
 
 def held_back(path):
@@ -85,7 +85,7 @@ def held_back(path):
 def paired(reps_a, reps_b):
     """Median p50 and p99 differences of a to b over their common repeats, and the counts at or below."""
     common = sorted(set(reps_a) & set(reps_b))
-    diffs = [[x - y for x, y in zip(p50_p99(settled(requests(reps_a[r]))), p50_p99(settled(requests(reps_b[r]))))]
+    diffs = [[x - y for x, y in zip(percentiles(settled_of(reps_a[r])), percentiles(settled_of(reps_b[r])))]
              for r in common]
     cells = []
     for i in (0, 1):
@@ -108,7 +108,7 @@ def main():
         client = "HTTP/2" if proto == "h2" else "HTTP/1.1"
         print(f"{client} client, {rate} req/s {pattern}: p50 / p99 minus the other's in the same repeat, "
               "median (repeats at or below)")
-        pooled = {label: p50_p99([x for path in by_label[label].values() for x in settled(requests(path))])
+        pooled = {label: percentiles([x for path in by_label[label].values() for x in settled_of(path)])
                   for label in labels + ["haproxy"]}
         for label in labels:
             ha = pooled["haproxy"]
