@@ -24,13 +24,11 @@ LABELs default to every configuration in DIR other than `upstream`, `haproxy` an
 
 import collections
 import os
-import sqlite3
 import statistics
 import sys
-from contextlib import closing
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from realpath import WARMUP_US, percentiles, settled  # noqa: E402
+from realpath import WARMUP_US, logged_requests, percentiles, settled  # noqa: E402
 
 PEERS = ("upstream", "haproxy", "nginx")
 try:
@@ -54,22 +52,13 @@ def runs(directory):
     return found
 
 
-def requests(path):
-    """(start in µs, latency in µs) of each answered request, in the order sent."""
-    if path.endswith(".tsv"):
-        rows = [line.split("\t") for line in open(path)]
-        return sorted((int(r[0]), int(r[2])) for r in rows if len(r) >= 3 and r[1] == "200")
-    with closing(sqlite3.connect(path)) as conn:
-        return sorted((s * 1e6, d * 1e6) for s, d in conn.execute("SELECT start, duration FROM oha WHERE status = 200"))
-
-
 def settled_of(path):
     """The latencies of a kept log's requests, its run's first WARMUP_US left out."""
-    return settled(requests(path))
+    return settled(logged_requests(path))
 
 
 def held_back(path):
-    rows = requests(path)
+    rows = logged_requests(path)
     first = rows[0][0] if rows else 0
     bursts = []
     for start, latency in rows:

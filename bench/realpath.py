@@ -244,6 +244,18 @@ def settled(requests):
     return [latency for start, latency in requests if start - first >= WARMUP_US]
 
 
+def logged_requests(path):
+    """(start, latency) in µs of each answered request of a per-request log, in the order sent:
+    h2load's tab-separated log (start in µs since the epoch, status, latency in µs) or oha's
+    `--db-url` table (`.sqlite`)."""
+    if path.endswith(".sqlite"):
+        with closing(sqlite3.connect(path)) as conn:
+            rows = conn.execute("SELECT start, duration FROM oha WHERE status = 200")
+            return sorted((start * 1e6, d * 1e6) for start, d in rows)
+    fields = [line.split("\t") for line in open(path)]
+    return sorted((int(f[0]), int(f[2])) for f in fields if len(f) >= 3 and f[1] == "200")
+
+
 def spread(port, proto, duration, rate, work, keep_as=None):
     """`rate` req/s from the connections of `shape`, their timers a millisecond apart: the
     requests served, and the latency of each in µs (from h2load's per-request log)."""
@@ -257,8 +269,7 @@ def spread(port, proto, duration, rate, work, keep_as=None):
     args = ["-c", str(clients), "-m", "1", f"--rps={rate / clients:g}",
             "-r", "1", "--rate-period", "1ms", "-n", str(count)]
     n = h2load(port, proto, args, log)
-    rows = [line.split("\t") for line in open(log)]
-    lat = settled([(int(r[0]), int(r[2])) for r in rows if len(r) >= 3])
+    lat = settled(logged_requests(log))
     keep(log, keep_as)
     return n, lat
 
@@ -277,9 +288,7 @@ def bursts(port, proto, duration, rate, ca, work, keep_as=None):
     argv += ["-c", str(clients)] + (["--http2", "-p", str(streams)] if proto == "h2" else [])
     argv.append(f"https://127.0.0.1:{port}{lt.PATH}")
     res = lt.oha_run(argv, port)
-    with closing(sqlite3.connect(db)) as conn:
-        lat = settled([(start * 1e6, d * 1e6)
-                       for start, d in conn.execute("SELECT start, duration FROM oha WHERE status = 200")])
+    lat = settled(logged_requests(db))
     keep(db, keep_as)
     return res["summary"]["requestsPerSec"], lat
 
