@@ -1,0 +1,248 @@
+#!/usr/bin/env python3
+"""A proxy's own share of each request, from the kernel's scheduler and system-call events:
+mvproxy against HAProxy on the path of bench/realpath.py, at a fixed rate.
+
+    python3 bench/stages.py [[LABEL=]BINARY ...]
+
+Run it through bench/stages.sh (installs the tools, builds mvproxy). Why: at these rates a
+proxy's added p99 (bench/realpath.py) is decided by what else the machine runs. On the shared
+2-core machines here kernel threads hold a core for 1 to 5 ms at a time (DAMON's `kdamond`
+reclaiming memory, `rcu_preempt`), on the proxy's core or the client's, and a request that
+meets one waits that long whichever proxy serves it; which configuration draws more of them in
+a run moves p99 by hundreds of µs (bench/PERF_NOTES.md, twenty-sixth round). This tool times
+only what the proxy does between the events that bound its part of a request, on the core it is
+pinned to:
+
+* **request**: from the proxy thread being switched in after the core was idle (a client's
+  request woke it) to its first write to the upstream connection: reading and decrypting the
+  request, deciding, encoding and encrypting it for the upstream;
+* **response**: from the upstream's write of the response (nginx's system call) to the proxy's
+  next write to a client: being switched in, reading and decrypting the response, encoding and
+  encrypting it for the client.
+
+The rest of a request's latency is the client's, the upstream's and the kernel's, alike for
+every proxy. Requests arrive spread (bench/realpath.py's `spread`: h2load, its connections'
+timers a millisecond apart, one request at a time), so each stage is one request's.
+`perf record -C PROXY_CORE` records `sched:sched_switch` and the entries of the write system
+calls (write, writev, sendto, sendmsg) on the proxy's core during each run; reads are not
+traced, so that the tracing's own cost does not grow with a proxy's number of reads (HAProxy
+makes more system calls per request than mvproxy; each traced call costs both the same). The
+upstream connections are found with `ss` (the proxy's sockets to the upstream's port).
+The time other tasks held the proxy's core during the runs (kernel threads, other
+processes) is given too: the machine's share of the noise in bench/realpath.py's p99.
+
+Variables: REPEATS (default 3), DURATION of each run (default 5s), RATES (default "500 2000"),
+PROTOS (default "h2 h1"). Medians and percentiles pool every repeat's requests of a
+configuration. Loopback only; every process started is stopped by its PID.
+"""
+
+import collections
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import loadtest as lt  # noqa: E402
+import realpath as rp  # noqa: E402
+
+MVPROXY0, ADMIN0 = 18540, 18560
+WRITES = ("write", "writev", "sendto", "sendmsg")
+EVENTS = ",".join(["sched:sched_switch"] + [f"syscalls:sys_enter_{w}" for w in WRITES])
+SWITCH = re.compile(r"prev_pid=(\d+) .*==> next_comm=.* next_pid=(\d+)")
+FD = re.compile(r"fd: 0x([0-9a-f]+)")
+# The idle task's pid in `sched_switch`.
+IDLE_PID = 0
+
+
+def upstream_fds(pid):
+    """The file descriptors of `pid`'s connections to the upstream (`ss`, established)."""
+    out = subprocess.run(["ss", "-tnpH", "state", "established", "dst", f"127.0.0.1:{rp.UP_TLS}"],
+                         capture_output=True, text=True, check=True).stdout
+    return {int(fd) for p, fd in re.findall(r"pid=(\d+),fd=(\d+)", out) if int(p) == pid}
+
+
+def events(data):
+    """(time µs, pid, tid, event, fields) of a `perf record` file, in order."""
+    out = subprocess.run(["perf", "script", "-i", data, "-F", "pid,tid,time,event,trace"],
+                         capture_output=True, text=True, check=True).stdout
+    for line in out.splitlines():
+        m = re.match(r"\s*(\d+)/(\d+)\s+([\d.]+):\s+(\S+):\s*(.*)", line)
+        if m:
+            yield float(m.group(3)) * 1e6, int(m.group(1)), int(m.group(2)), m.group(4), m.group(5)
+
+
+def stages(data, proxy, upstream, up_fds, ours):
+    """The request and response stages (µs) of the proxy process `proxy` in one run, and how
+    long each other process held the core (µs, by pid; the processes `ours` and idle time left
+    out)."""
+    request, response, others = [], [], collections.Counter()
+    running, since = None, None      # the pid on the core, and since when
+    segment_start = None             # the proxy's switch-in after idle, until its upstream write
+    upstream_wrote = None            # the upstream's last response write not yet relayed
+    for t, pid, tid, event, fields in events(data):
+        if event == "sched:sched_switch":
+            m = SWITCH.search(fields)
+            if not m:
+                continue
+            prev, nxt = int(m.group(1)), int(m.group(2))
+            if running is not None and running not in ours and running != IDLE_PID:
+                others[running] += t - since
+            nxt_pid = pid_of(nxt)
+            segment_start = t if nxt_pid == proxy and prev == IDLE_PID else None
+            running, since = nxt_pid, t
+            continue
+        if not event.startswith("syscalls:sys_enter_"):
+            continue
+        if pid == upstream:
+            upstream_wrote = upstream_wrote or t
+        elif pid == proxy:
+            m = FD.search(fields)
+            fd = int(m.group(1), 16) if m else -1
+            if fd in up_fds:
+                if segment_start is not None:
+                    request.append(t - segment_start)
+                segment_start = None
+            elif upstream_wrote is not None:
+                response.append(t - upstream_wrote)
+                upstream_wrote = None
+    return request, response, others
+
+
+_PIDS = {}
+
+
+def pid_of(tid):
+    """The process of thread `tid` (0 for the idle task), read once from /proc."""
+    if tid not in _PIDS:
+        try:
+            with open(f"/proc/{tid}/status") as f:
+                _PIDS[tid] = int(re.search(r"^Tgid:\s+(\d+)", f.read(), re.M).group(1))
+        except (OSError, AttributeError):
+            _PIDS[tid] = tid
+    return _PIDS[tid]
+
+
+def pct(values, q):
+    v = sorted(values)
+    return v[min(len(v) - 1, int(len(v) * q))] if v else float("nan")
+
+
+def main():
+    if len(sys.argv) > 1 and sys.argv[1] in ("-h", "--help"):
+        sys.exit(__doc__)
+    try:
+        reps = int(os.environ.get("REPEATS", "3"))
+        rates = [int(r) for r in os.environ.get("RATES", "500 2000").split()]
+    except ValueError as e:
+        sys.exit(f"REPEATS and RATES are whole numbers: {e}")
+    duration = os.environ.get("DURATION", "5s")
+    if reps < 1 or not rates or min(rates) < 1 or not re.fullmatch(r"\d+(\.\d+)?s", duration):
+        sys.exit("REPEATS and RATES are positive; DURATION is seconds, as 5s")
+    protos = os.environ.get("PROTOS", "h2 h1").split()
+    if not protos or set(protos) - {"h2", "h1"}:
+        sys.exit(f"PROTOS={os.environ.get('PROTOS')!r}: give h2, h1 or both")
+    binaries = [(label, path) for label, path, ratio in rp.parse_binaries(sys.argv[1:]) if not ratio]
+    for label, path in binaries:
+        if not os.access(path, os.X_OK):
+            sys.exit(f"{label}: {path} is not an executable (build it: bench/stages.sh builds the shipped one)")
+    work = tempfile.mkdtemp(prefix="mvproxy-stages-")
+    os.chmod(work, 0o755)  # nginx workers run as another user
+    procs = lt.Procs()
+    try:
+        cert, key, ca = rp.make_certs(work)
+        with open(os.path.join(work, "tls.pem"), "w") as f:
+            f.write(open(cert).read() + open(key).read())
+        lt.write_configs(work, cert, key)
+        _, haproxy = rp.proxies_conf(work, cert, key, ca)
+        for name, text in [("up-tls.conf", rp.upstream_conf(work, os.path.join(work, "root"), cert, key)),
+                           ("rp.cfg", haproxy)]:
+            with open(os.path.join(work, name), "w") as f:
+                f.write(text)
+        up = procs.start("upstream", ["nginx", "-c", f"{work}/up-tls.conf", "-g", "daemon off;"], lt.PROXY_CORE).pid
+        lt.wait_port(rp.UP_TLS)
+        pids = {"haproxy": procs.start("haproxy", ["haproxy", "-db", "-f", f"{work}/rp.cfg"], lt.PROXY_CORE).pid}
+        ports = {"haproxy": rp.HAPROXY_RP}
+        for i, (label, path) in enumerate(binaries):
+            port, admin = MVPROXY0 + i, ADMIN0 + i
+            argv = [path, "serve", "--local", f"https://127.0.0.1:{rp.UP_TLS}", "--local-ca-file", ca,
+                    "--listen", f"127.0.0.1:{port}", "--admin-listen", f"127.0.0.1:{admin}",
+                    "--tls-cert-file", cert, "--tls-key-file", key, "--log-format", "json"]
+            pids[label] = procs.start(label, argv, lt.PROXY_CORE, log=f"{work}/{label}.log").pid
+            ports[label] = port
+            lt.wait_ready(admin)
+        lt.wait_port(rp.HAPROXY_RP)
+        # nginx's master forks the worker that serves: the upstream is that process.
+        upstream = max(lt.tree(up))
+        runs = [(name, proto, rate) for rate in rates for proto in protos for name in ports]
+        print(f"# {len(runs)} runs x {reps} repeat(s) of {duration}, spread at {' and '.join(map(str, rates))} "
+              f"req/s; GET {lt.PATH}", flush=True)
+        pooled = collections.defaultdict(lambda: ([], []))
+        held = collections.Counter()
+        seconds = 0.0
+        for rep in range(reps):
+            for name, proto, rate in runs if rep % 2 == 0 else runs[::-1]:
+                rp.closed(ports[name], proto, "1s", 32, 1)  # warm up, and open the upstream connections
+                fds = upstream_fds(pids[name])
+                if not fds:
+                    sys.exit(f"{name}: no connection to the upstream after the warm-up")
+                data = os.path.join(work, "stages.data")
+                perf = subprocess.Popen(["taskset", "-c", lt.LOAD_CORE, "perf", "record", "-q", "-C", lt.PROXY_CORE,
+                                         "-e", EVENTS, "-o", data], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                time.sleep(0.5)  # perf is recording
+                begun = time.monotonic()
+                rp.spread(ports[name], proto, duration, rate, work)
+                seconds += time.monotonic() - begun
+                perf.send_signal(2)
+                perf.wait()
+                request, response, others = stages(data, pids[name], upstream, fds,
+                                                   set(lt.tree(up)) | set(pids.values()) | {perf.pid})
+                pooled[(name, proto, rate)][0].extend(request)
+                pooled[(name, proto, rate)][1].extend(response)
+                for pid, us in others.items():
+                    held[comm(pid)] += us
+                print(f"  [{rep + 1}] {name:10} {proto} {rate}/s: request p50 {pct(request, .5):4.0f} µs, "
+                      f"response p50 {pct(response, .5):4.0f} µs ({len(request)}, {len(response)} stages)", flush=True)
+        print(render(pooled, list(ports), protos, rates, reps, duration))
+        busiest = ", ".join(f"{name} {us / seconds / 1000:.1f} ms/s" for name, us in held.most_common(5))
+        print(f"\nOther tasks on core {lt.PROXY_CORE} during the runs (the proxies, the upstream and idle left "
+              f"out), per second: {busiest or 'none'}.")
+    finally:
+        procs.stop()
+
+
+def comm(pid):
+    """A process's name, its threads' kernel names folded (`kworker/0:1-events` as `kworker`)."""
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return re.split(r"[/:]", f.read().strip())[0]
+    except OSError:
+        return f"pid {pid} (gone)"
+
+
+def render(pooled, names, protos, rates, reps, duration):
+    clients = {"h2": "HTTP/2", "h1": "HTTP/1.1"}
+    lines = [f"\nLoopback, {lt.machine()}; upstream and proxy on core {lt.PROXY_CORE}, load generator on core "
+             f"{lt.LOAD_CORE}. Requests spread, {reps} repeat(s) of {duration} pooled. p50 / p90 / p99 in µs; "
+             "*vs HAProxy*: p50 / p99 minus HAProxy's (negative: below it).", "",
+             "| proxy | client | rate | request stage | vs HAProxy | response stage | vs HAProxy | stages |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for rate in rates:
+        for proto in protos:
+            base = pooled[("haproxy", proto, rate)]
+            for name in names:
+                cells = []
+                for i in (0, 1):
+                    v = pooled[(name, proto, rate)][i]
+                    cells.append(f"{pct(v, .5):.0f} / {pct(v, .9):.0f} / {pct(v, .99):.0f}")
+                    cells.append("—" if name == "haproxy" else
+                                 f"{pct(v, .5) - pct(base[i], .5):+.0f} / {pct(v, .99) - pct(base[i], .99):+.0f}")
+                n = tuple(len(pooled[(name, proto, rate)][i]) for i in (0, 1))
+                lines.append(f"| {name} | {clients[proto]} | {rate}/s | " + " | ".join(cells) + f" | {n[0]}, {n[1]} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
