@@ -174,8 +174,11 @@ def main():
             ports[label] = port
             lt.wait_ready(admin)
         lt.wait_port(rp.HAPROXY_RP)
-        # nginx's master forks the worker that serves: the upstream is that process.
-        upstream = max(lt.tree(up))
+        # nginx's master forks the one worker that serves: the upstream is that process.
+        workers = [pid for pid in lt.tree(up) if pid != up]
+        if len(workers) != 1:
+            sys.exit(f"the upstream nginx has {len(workers)} workers, not 1")
+        upstream = workers[0]
         runs = [(name, proto, rate) for rate in rates for proto in protos for name in ports]
         print(f"# {len(runs)} runs x {reps} repeat(s) of {duration}, spread at {' and '.join(map(str, rates))} "
               f"req/s; GET {lt.PATH}", flush=True)
