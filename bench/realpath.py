@@ -198,6 +198,23 @@ backend be
     return nginx, haproxy
 
 
+def prepare(work):
+    """Writes into `work` what every bench of this path serves from: a CA and the certificate
+    the proxies and the upstream present (`tls.pem` for HAProxy), the document root, and the
+    upstream's, nginx's and HAProxy's configurations (`up-tls.conf`, `rp.conf`, `rp.cfg`).
+    Returns the certificate, key and CA files."""
+    cert, key, ca = make_certs(work)
+    with open(os.path.join(work, "tls.pem"), "w") as f:
+        f.write(open(cert).read() + open(key).read())
+    lt.write_configs(work, cert, key)  # the document root
+    nginx, haproxy = proxies_conf(work, cert, key, ca)
+    for name, text in [("up-tls.conf", upstream_conf(work, os.path.join(work, "root"), cert, key)),
+                       ("rp.conf", nginx), ("rp.cfg", haproxy)]:
+        with open(os.path.join(work, name), "w") as f:
+            f.write(text)
+    return cert, key, ca
+
+
 def h2load(port, proto, args, log=None):
     """Runs h2load with `args` (`-D` a duration or `-n` a count, connections, streams); the
     requests that succeeded (it exits on any failure or non-2xx answer)."""
@@ -343,12 +360,15 @@ def count_copies(pids, events, port, proto, connections, streams):
 
 def parse_binaries(args):
     """`[LABEL=]BINARY[@RATIO]` arguments (default target/release/mvproxy) as (label, path,
-    sampling ratio or ""), labelled `mvproxy`, `mvproxy-2`, ... when unnamed."""
+    sampling ratio or ""), labelled `mvproxy`, `mvproxy-2`, ... when unnamed; exits naming a
+    BINARY that is not an executable file."""
     binaries = []
     for i, arg in enumerate(args or [os.path.join(lt.ROOT, "target/release/mvproxy")]):
         label, _, rest = arg.rpartition("=")
         path, _, ratio = rest.partition("@")
         label = label or ("mvproxy" if i == 0 else f"mvproxy-{i + 1}")
+        if not os.path.isfile(path) or not os.access(path, os.X_OK):
+            sys.exit(f"{label}: {path} is not an executable file")
         binaries.append((label + (f"@{ratio}" if ratio else ""), path, ratio))
     return binaries
 
@@ -400,15 +420,7 @@ def main():
     os.chmod(work, 0o755)  # nginx workers run as another user
     procs = lt.Procs()
     try:
-        cert, key, ca = make_certs(work)
-        with open(os.path.join(work, "tls.pem"), "w") as f:
-            f.write(open(cert).read() + open(key).read())
-        lt.write_configs(work, cert, key)  # the document root
-        nginx, haproxy = proxies_conf(work, cert, key, ca)
-        for name, text in [("up-tls.conf", upstream_conf(work, os.path.join(work, "root"), cert, key)),
-                           ("rp.conf", nginx), ("rp.cfg", haproxy)]:
-            with open(os.path.join(work, name), "w") as f:
-                f.write(text)
+        cert, key, ca = prepare(work)
         pids, ports = {}, {}
         pids["upstream"] = procs.start("upstream", ["nginx", "-c", f"{work}/up-tls.conf", "-g", "daemon off;"],
                                        lt.PROXY_CORE).pid

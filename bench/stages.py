@@ -145,22 +145,11 @@ def main():
     if not protos or set(protos) - {"h2", "h1"}:
         sys.exit(f"PROTOS={os.environ.get('PROTOS')!r}: give h2, h1 or both")
     binaries = [(label, path) for label, path, ratio in rp.parse_binaries(sys.argv[1:]) if not ratio]
-    for label, path in binaries:
-        if not os.access(path, os.X_OK):
-            sys.exit(f"{label}: {path} is not an executable (build it: bench/stages.sh builds the shipped one)")
     work = tempfile.mkdtemp(prefix="mvproxy-stages-")
     os.chmod(work, 0o755)  # nginx workers run as another user
     procs = lt.Procs()
     try:
-        cert, key, ca = rp.make_certs(work)
-        with open(os.path.join(work, "tls.pem"), "w") as f:
-            f.write(open(cert).read() + open(key).read())
-        lt.write_configs(work, cert, key)
-        _, haproxy = rp.proxies_conf(work, cert, key, ca)
-        for name, text in [("up-tls.conf", rp.upstream_conf(work, os.path.join(work, "root"), cert, key)),
-                           ("rp.cfg", haproxy)]:
-            with open(os.path.join(work, name), "w") as f:
-                f.write(text)
+        cert, key, ca = rp.prepare(work)
         up = procs.start("upstream", ["nginx", "-c", f"{work}/up-tls.conf", "-g", "daemon off;"], lt.PROXY_CORE).pid
         lt.wait_port(rp.UP_TLS)
         pids = {"haproxy": procs.start("haproxy", ["haproxy", "-db", "-f", f"{work}/rp.cfg"], lt.PROXY_CORE).pid}
