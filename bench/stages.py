@@ -20,8 +20,9 @@ pinned to:
   next write to a client: being switched in, reading and decrypting the response, encoding and
   encrypting it for the client.
 
-The rest of a request's latency is the client's, the upstream's and the kernel's, alike for
-every proxy. Requests arrive spread (bench/realpath.py's `spread`: h2load, its connections'
+A stage that another task interrupts counts the interruption (nothing is left out for being
+slow), so its p99 still carries some of the machine. The rest of a request's latency is the
+client's, the upstream's and the kernel's, alike for every proxy. Requests arrive spread (bench/realpath.py's `spread`: h2load, its connections'
 timers a millisecond apart, one request at a time), so each stage is one request's.
 `perf record -C PROXY_CORE` records `sched:sched_switch` and the entries of the write system
 calls (write, writev, sendto, sendmsg) on the proxy's core during each run; reads are not
@@ -80,7 +81,7 @@ def stages(data, proxy, upstream, up_fds, ours):
     out)."""
     request, response, others = [], [], collections.Counter()
     running, since = None, None      # the pid on the core, and since when
-    segment_start = None             # the proxy's switch-in after idle, until its upstream write
+    segment_start = None             # the proxy's switch-in after idle, until its first write
     upstream_wrote = None            # the upstream's last response write not yet relayed
     for t, pid, tid, event, fields in events(data):
         if event == "sched:sched_switch":
@@ -91,7 +92,8 @@ def stages(data, proxy, upstream, up_fds, ours):
             if running is not None and running not in ours and running != IDLE_PID:
                 others[running] += t - since
             nxt_pid = pid_of(nxt)
-            segment_start = t if nxt_pid == proxy and prev == IDLE_PID else None
+            if nxt_pid == proxy and prev == IDLE_PID:
+                segment_start = t
             running, since = nxt_pid, t
             continue
         if not event.startswith("syscalls:sys_enter_"):
@@ -101,13 +103,14 @@ def stages(data, proxy, upstream, up_fds, ours):
         elif pid == proxy:
             m = FD.search(fields)
             fd = int(m.group(1), 16) if m else -1
-            if fd in up_fds:
-                if segment_start is not None:
-                    request.append(t - segment_start)
-                segment_start = None
-            elif upstream_wrote is not None:
+            if fd in up_fds and segment_start is not None:
+                request.append(t - segment_start)
+            elif fd not in up_fds and upstream_wrote is not None:
                 response.append(t - upstream_wrote)
                 upstream_wrote = None
+            # A stage runs on through the proxy being preempted; whatever the proxy wrote first
+            # after an idle wake-up ends it, a request stage only if it went upstream.
+            segment_start = None
     return request, response, others
 
 
