@@ -310,10 +310,13 @@ def bursts(port, proto, duration, rate, ca, work, keep_as=None):
     return res["summary"]["requestsPerSec"], lat
 
 
-def percentiles(samples):
-    """p50 and p99 of `samples`, as h2load's and oha's own summaries take them (nearest rank)."""
+def percentiles(samples, per_cent=(50, 99)):
+    """The percentiles `per_cent` (default p50 and p99) of `samples`, as h2load's and oha's own
+    summaries take them (nearest rank); NaN for no samples."""
     lat = sorted(samples)
-    return lat[len(lat) // 2], lat[min(len(lat) - 1, len(lat) * 99 // 100)]
+    if not lat:
+        return tuple(float("nan") for _ in per_cent)
+    return tuple(lat[min(len(lat) - 1, len(lat) * pc // 100)] for pc in per_cent)
 
 
 def copy_probes(binary):

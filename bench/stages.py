@@ -22,8 +22,9 @@ pinned to:
 
 A stage that another task interrupts counts the interruption (nothing is left out for being
 slow), so its p99 still carries some of the machine. The rest of a request's latency is the
-client's, the upstream's and the kernel's, alike for every proxy. Requests arrive spread (bench/realpath.py's `spread`: h2load, its connections'
-timers a millisecond apart, one request at a time), so each stage is one request's.
+client's, the upstream's and the kernel's, alike for every proxy. Requests arrive spread
+(bench/realpath.py's `spread`: h2load, its connections' timers a millisecond apart, one request
+at a time), so each stage is one request's.
 `perf record -C PROXY_CORE` records `sched:sched_switch` and the entries of the write system
 calls (write, writev, sendto, sendmsg) on the proxy's core during each run; reads are not
 traced, so that the tracing's own cost does not grow with a proxy's number of reads (HAProxy
@@ -38,6 +39,7 @@ configuration. Loopback only; every process started is stopped by its PID.
 """
 
 import collections
+import functools
 import os
 import re
 import subprocess
@@ -66,13 +68,13 @@ def upstream_fds(pid):
 
 
 def events(data):
-    """(time µs, pid, tid, event, fields) of a `perf record` file, in order."""
-    out = subprocess.run(["perf", "script", "-i", data, "-F", "pid,tid,time,event,trace"],
+    """(time µs, pid, event, fields) of a `perf record` file, in order."""
+    out = subprocess.run(["perf", "script", "-i", data, "-F", "pid,time,event,trace"],
                          capture_output=True, text=True, check=True).stdout
     for line in out.splitlines():
-        m = re.match(r"\s*(\d+)/(\d+)\s+([\d.]+):\s+(\S+):\s*(.*)", line)
+        m = re.match(r"\s*(\d+)\s+([\d.]+):\s+(\S+):\s*(.*)", line)
         if m:
-            yield float(m.group(3)) * 1e6, int(m.group(1)), int(m.group(2)), m.group(4), m.group(5)
+            yield float(m.group(2)) * 1e6, int(m.group(1)), m.group(3), m.group(4)
 
 
 def stages(data, proxy, upstream, up_fds, ours):
@@ -83,7 +85,7 @@ def stages(data, proxy, upstream, up_fds, ours):
     running, since = None, None      # the pid on the core, and since when
     segment_start = None             # the proxy's switch-in after idle, until its first write
     upstream_wrote = None            # the upstream's last response write not yet relayed
-    for t, pid, tid, event, fields in events(data):
+    for t, pid, event, fields in events(data):
         if event == "sched:sched_switch":
             m = SWITCH.search(fields)
             if not m:
@@ -114,23 +116,14 @@ def stages(data, proxy, upstream, up_fds, ours):
     return request, response, others
 
 
-_PIDS = {}
-
-
+@functools.cache
 def pid_of(tid):
     """The process of thread `tid` (0 for the idle task), read once from /proc."""
-    if tid not in _PIDS:
-        try:
-            with open(f"/proc/{tid}/status") as f:
-                _PIDS[tid] = int(re.search(r"^Tgid:\s+(\d+)", f.read(), re.M).group(1))
-        except (OSError, AttributeError):
-            _PIDS[tid] = tid
-    return _PIDS[tid]
-
-
-def pct(values, q):
-    v = sorted(values)
-    return v[min(len(v) - 1, int(len(v) * q))] if v else float("nan")
+    try:
+        with open(f"/proc/{tid}/status") as f:
+            return int(re.search(r"^Tgid:\s+(\d+)", f.read(), re.M).group(1))
+    except (OSError, AttributeError):
+        return tid
 
 
 def main():
@@ -198,8 +191,9 @@ def main():
                 pooled[(name, proto, rate)][1].extend(response)
                 for pid, us in others.items():
                     held[comm(pid)] += us
-                print(f"  [{rep + 1}] {name:10} {proto} {rate}/s: request p50 {pct(request, .5):4.0f} µs, "
-                      f"response p50 {pct(response, .5):4.0f} µs ({len(request)}, {len(response)} stages)", flush=True)
+                (request50,), (response50,) = rp.percentiles(request, (50,)), rp.percentiles(response, (50,))
+                print(f"  [{rep + 1}] {name:10} {proto} {rate}/s: request p50 {request50:4.0f} µs, "
+                      f"response p50 {response50:4.0f} µs ({len(request)}, {len(response)} stages)", flush=True)
         print(render(pooled, list(ports), protos, rates, reps, duration))
         busiest = ", ".join(f"{name} {us / seconds / 1000:.1f} ms/s" for name, us in held.most_common(5))
         print(f"\nOther tasks on core {lt.PROXY_CORE} during the runs (the proxies, the upstream and idle left "
@@ -230,10 +224,10 @@ def render(pooled, names, protos, rates, reps, duration):
             for name in names:
                 cells = []
                 for i in (0, 1):
-                    v = pooled[(name, proto, rate)][i]
-                    cells.append(f"{pct(v, .5):.0f} / {pct(v, .9):.0f} / {pct(v, .99):.0f}")
-                    cells.append("—" if name == "haproxy" else
-                                 f"{pct(v, .5) - pct(base[i], .5):+.0f} / {pct(v, .99) - pct(base[i], .99):+.0f}")
+                    p50, p90, p99 = rp.percentiles(pooled[(name, proto, rate)][i], (50, 90, 99))
+                    b50, b99 = rp.percentiles(base[i])
+                    cells.append(f"{p50:.0f} / {p90:.0f} / {p99:.0f}")
+                    cells.append("—" if name == "haproxy" else f"{p50 - b50:+.0f} / {p99 - b99:+.0f}")
                 n = tuple(len(pooled[(name, proto, rate)][i]) for i in (0, 1))
                 lines.append(f"| {name} | {clients[proto]} | {rate}/s | " + " | ".join(cells) + f" | {n[0]}, {n[1]} |")
     return "\n".join(lines)
