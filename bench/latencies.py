@@ -14,7 +14,14 @@ For each client protocol, rate and arrival pattern:
   HELD µs (default 1500): the whole burst waited, something other than the burst's own work
   held the core. Counted for every configuration, the upstream alone included, since what holds
   them all is the machine.
-* **pooled**: every repeat's requests of a LABEL together, p50 and p99 minus HAProxy's.
+* **pooled**: every repeat's requests of a LABEL together, p50 and p99 minus HAProxy's, and how
+  far the p99 difference could move with the machine: its 90 % interval over RESAMPLES (default
+  1000) resamplings of the repeats (a repeat drawn with its HAProxy run, seeded so a directory
+  always reads the same). An interval that spans zero is a difference the run cannot tell from
+  the machine's.
+
+A LABEL `a+b` is the requests of `a` and `b` together, repeat by repeat: one build given twice is
+then measured over twice the requests (its copies are the same binary).
 
 As in `bench/realpath.py`, the requests sent in each run's first 50 ms (its connections' TLS
 handshakes, `WARMUP_US`) are left out everywhere.
@@ -23,7 +30,10 @@ LABELs default to every configuration in DIR other than `upstream`, `haproxy` an
 """
 
 import collections
+import heapq
+import itertools
 import os
+import random
 import statistics
 import sys
 
@@ -35,6 +45,12 @@ try:
     HELD = float(os.environ.get("HELD", "1500"))
 except ValueError:
     sys.exit(f"HELD={os.environ['HELD']!r}: give a latency in µs")
+try:
+    RESAMPLES = int(os.environ.get("RESAMPLES", "1000"))
+    if RESAMPLES < 10:
+        raise ValueError
+except ValueError:
+    sys.exit(f"RESAMPLES={os.environ['RESAMPLES']!r}: give a whole number of at least 10")
 # oha sends a burst's requests within a few hundred µs; the next burst is milliseconds later.
 BURST_GAP_US = 1000
 
@@ -71,11 +87,46 @@ def held_back(path):
     return sum(min(latency for _, latency in b) > HELD for b in bursts)
 
 
+def by_repeat(by_label, label):
+    """{repeat: latencies} of `label`, or of each `+`-joined label together, for the repeats all have."""
+    members = label.split("+")
+    common = set.intersection(*(set(by_label[m]) for m in members))
+    return {r: [x for m in members for x in settled_of(by_label[m][r])] for r in common}
+
+
+def pooled_difference(reps_a, reps_b, repeats):
+    """Pooled p50 and p99 of a over `repeats` minus b's."""
+    a = percentiles([x for r in repeats for x in reps_a[r]])
+    b = percentiles([x for r in repeats for x in reps_b[r]])
+    return a[0] - b[0], a[1] - b[1]
+
+
+def p99(reps, repeats):
+    """The p99 of the requests of `repeats` (a repeat may come more than once) as `percentiles`
+    takes it, without sorting them all: the k-th largest. NaN for no requests."""
+    n = sum(len(reps[r]) for r in repeats)
+    if not n:
+        return float("nan")
+    k = n - min(n - 1, n * 99 // 100)
+    return heapq.nlargest(k, itertools.chain.from_iterable(reps[r] for r in repeats))[-1]
+
+
+def p99_interval(reps_a, reps_b):
+    """The 90 % interval of the pooled p99 difference over RESAMPLES resamplings of the repeats."""
+    common = sorted(set(reps_a) & set(reps_b))
+    draw = random.Random(len(common))
+    diffs = []
+    for _ in range(RESAMPLES):
+        sample = draw.choices(common, k=len(common))
+        diffs.append(p99(reps_a, sample) - p99(reps_b, sample))
+    diffs.sort()
+    return diffs[RESAMPLES // 20], diffs[RESAMPLES - 1 - RESAMPLES // 20]
+
+
 def paired(reps_a, reps_b):
     """Median p50 and p99 differences of a to b over their common repeats, and the counts at or below."""
     common = sorted(set(reps_a) & set(reps_b))
-    diffs = [[x - y for x, y in zip(percentiles(settled_of(reps_a[r])), percentiles(settled_of(reps_b[r])))]
-             for r in common]
+    diffs = [[x - y for x, y in zip(percentiles(reps_a[r]), percentiles(reps_b[r]))] for r in common]
     cells = []
     for i in (0, 1):
         d = [row[i] for row in diffs]
@@ -91,21 +142,23 @@ def main():
         sys.exit(f"{sys.argv[1]}: no logs named as `LATENCIES` names them")
     for (proto, rate, pattern), by_label in sorted(found.items(), key=lambda kv: (kv[0][0] != "h2", -kv[0][1], kv[0][2])):
         labels = sys.argv[2:] or sorted(label for label in by_label if label not in PEERS)
-        missing = [label for label in labels + ["haproxy"] if label not in by_label]
+        missing = [m for label in labels + ["haproxy"] for m in label.split("+") if m not in by_label]
         if missing:
             sys.exit(f"{', '.join(missing)}: no logs for {proto} at {rate} req/s {pattern} in {sys.argv[1]}")
         client = "HTTP/2" if proto == "h2" else "HTTP/1.1"
         print(f"{client} client, {rate} req/s {pattern}: p50 / p99 minus the other's in the same repeat, "
               "median (repeats at or below)")
-        pooled = {label: percentiles([x for path in by_label[label].values() for x in settled_of(path)])
-                  for label in labels + ["haproxy"]}
+        reps = {label: by_repeat(by_label, label) for label in labels + ["haproxy"]}
+        ha = reps["haproxy"]
         for label in labels:
-            ha = pooled["haproxy"]
-            print(f"  {label} - haproxy: {paired(by_label[label], by_label['haproxy'])}; pooled "
-                  f"{pooled[label][0] - ha[0]:+.0f} / {pooled[label][1] - ha[1]:+.0f}")
+            d50, d99 = pooled_difference(reps[label], ha, sorted(set(reps[label]) & set(ha)))
+            low, high = p99_interval(reps[label], ha)
+            print(f"  {label} - haproxy: {paired(reps[label], ha)}; pooled {d50:+.0f} / {d99:+.0f} "
+                  f"(p99 90 % interval {low:+.0f} to {high:+.0f})")
         for i, a in enumerate(labels):
             for b in labels[i + 1:]:
-                print(f"  {a} - {b}: {paired(by_label[a], by_label[b])}")
+                if set(a.split("+")).isdisjoint(b.split("+")):
+                    print(f"  {a} - {b}: {paired(reps[a], reps[b])}")
         if pattern == "bursts":
             counts = ", ".join(f"{label} {sum(held_back(p) for p in by_label[label].values())}"
                                for label in sorted(by_label))
