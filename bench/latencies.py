@@ -38,7 +38,7 @@ import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from realpath import WARMUP_US, logged_requests, percentiles, settled  # noqa: E402
+from realpath import WARMUP_US, logged_requests, nearest_rank, percentiles, settled  # noqa: E402
 
 PEERS = ("upstream", "haproxy", "nginx")
 try:
@@ -94,10 +94,11 @@ def by_repeat(by_label, label):
     return {r: [x for m in members for x in settled_of(by_label[m][r])] for r in common}
 
 
-def pooled_difference(reps_a, reps_b, repeats):
-    """Pooled p50 and p99 of a over `repeats` minus b's."""
-    a = percentiles([x for r in repeats for x in reps_a[r]])
-    b = percentiles([x for r in repeats for x in reps_b[r]])
+def pooled_difference(reps_a, reps_b):
+    """Pooled p50 and p99 of a over the repeats both have, minus b's."""
+    common = set(reps_a) & set(reps_b)
+    a = percentiles([x for r in common for x in reps_a[r]])
+    b = percentiles([x for r in common for x in reps_b[r]])
     return a[0] - b[0], a[1] - b[1]
 
 
@@ -107,7 +108,7 @@ def p99(reps, repeats):
     n = sum(len(reps[r]) for r in repeats)
     if not n:
         return float("nan")
-    k = n - min(n - 1, n * 99 // 100)
+    k = n - nearest_rank(n, 99)
     return heapq.nlargest(k, itertools.chain.from_iterable(reps[r] for r in repeats))[-1]
 
 
@@ -151,7 +152,7 @@ def main():
         reps = {label: by_repeat(by_label, label) for label in labels + ["haproxy"]}
         ha = reps["haproxy"]
         for label in labels:
-            d50, d99 = pooled_difference(reps[label], ha, sorted(set(reps[label]) & set(ha)))
+            d50, d99 = pooled_difference(reps[label], ha)
             low, high = p99_interval(reps[label], ha)
             print(f"  {label} - haproxy: {paired(reps[label], ha)}; pooled {d50:+.0f} / {d99:+.0f} "
                   f"(p99 90 % interval {low:+.0f} to {high:+.0f})")

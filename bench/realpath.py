@@ -310,13 +310,19 @@ def bursts(port, proto, duration, rate, ca, work, keep_as=None):
     return res["summary"]["requestsPerSec"], lat
 
 
+def nearest_rank(n, pc):
+    """The index in `n` sorted samples of their `pc`th percentile, as h2load's and oha's own
+    summaries take it."""
+    return min(n - 1, n * pc // 100)
+
+
 def percentiles(samples, per_cent=(50, 99)):
-    """The percentiles `per_cent` (default p50 and p99) of `samples`, as h2load's and oha's own
-    summaries take them (nearest rank); NaN for no samples."""
+    """The percentiles `per_cent` (default p50 and p99) of `samples` (`nearest_rank`); NaN for no
+    samples."""
     lat = sorted(samples)
     if not lat:
         return tuple(float("nan") for _ in per_cent)
-    return tuple(lat[min(len(lat) - 1, len(lat) * pc // 100)] for pc in per_cent)
+    return tuple(lat[nearest_rank(len(lat), pc)] for pc in per_cent)
 
 
 def copy_probes(binary):
