@@ -621,7 +621,9 @@ pub(crate) async fn serve(
             let io = limits::Detected::new(first, io);
             let service = connection_service(app, conn);
             let result = match protocol {
-                Protocol::Http2 => http.http2(io, service, &shutdown).await,
+                Protocol::Http2 => {
+                    coalesce::serve(io, |io| http.http2(io, service, &shutdown)).await
+                }
                 Protocol::Http1 => http.http1(io, service, &shutdown).await,
             };
             if let Err(e) = result {
@@ -646,6 +648,7 @@ pub(crate) async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
         .map_err(|e| std::io::Error::new(e.kind(), format!("bind {addr}: {e}")))
 }
 
+mod coalesce;
 mod discovery;
 
 #[cfg(test)]
