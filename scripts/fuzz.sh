@@ -31,6 +31,9 @@ fi
 # The sanitizer build takes minutes from cold; it is kept in the user's cache directory, like
 # the Go binaries of the conformance suite, so a fresh clone (CI's) rebuilds only what changed.
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/mvproxy/fuzz-target}"
+# Every clone compiles mvproxy-core and the targets anew there (its path is in their hash):
+# what builds before this one left is removed first (scripts/prune-target.py).
+scripts/prune-target.py "$CARGO_TARGET_DIR"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 nice -n 10 cargo "+$toolchain" fuzz build --fuzz-dir fuzz -O >&2

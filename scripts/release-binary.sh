@@ -38,7 +38,10 @@ flock 9
 
 # build RUSTFLAGS TARGET_DIR COMMIT: cargo's release build of mvproxy; prints the binary's path.
 # --target: the flags reach mvproxy's code and its dependencies, not build scripts or macros.
+# Each new profile compiles every crate anew under another name: what builds before this one
+# left is removed first (scripts/prune-target.py).
 build() {
+  "$root/scripts/prune-target.py" "$2"
   RUSTFLAGS="-C target-feature=+crt-static $1" CARGO_PROFILE_RELEASE_DEBUG=0 \
     CARGO_PROFILE_RELEASE_STRIP=symbols MVPROXY_GIT_COMMIT=$3 \
     nice -n 10 cargo build --release -p mvproxy --bin mvproxy --locked -q \
