@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """What the per-request logs that `LATENCIES=DIR bench/realpath.py ...` keeps say about the tails.
 
-    python3 bench/latencies.py DIR [LABEL ...]
+    python3 bench/latencies.py DIR[:DIR ...] [LABEL ...]
 
 For each client protocol, rate and arrival pattern:
 
@@ -25,6 +25,10 @@ then measured over twice the requests (its copies are the same binary).
 
 As in `bench/realpath.py`, the requests sent in each run's first 50 ms (its connections' TLS
 handshakes, `WARMUP_US`) are left out everywhere.
+
+Several DIRs joined by `:` (runs of the same LABELs, on other days) are read as one run: each
+DIR's repeats are numbered after the one before's, and each stays paired with its own HAProxy
+run.
 
 LABELs default to every configuration in DIR other than `upstream`, `haproxy` and `nginx`.
 """
@@ -55,16 +59,22 @@ except ValueError:
 BURST_GAP_US = 1000
 
 
-def runs(directory):
-    """{(proto, rate, pattern): {label: {repeat: path}}} from the file names realpath.py gives."""
+def runs(directories):
+    """{(proto, rate, pattern): {label: {repeat: path}}} from the file names realpath.py gives,
+    each directory's repeats numbered after the last directory's."""
     found = collections.defaultdict(lambda: collections.defaultdict(dict))
-    for name in os.listdir(directory):
-        stem, ext = os.path.splitext(name)
-        parts = stem.rsplit("-", 4)
-        if ext not in (".tsv", ".sqlite") or len(parts) != 5:
-            continue
-        label, proto, rate, rep, pattern = parts
-        found[(proto, int(rate), pattern)][label][int(rep)] = os.path.join(directory, name)
+    offset = 0
+    for directory in directories:
+        last = 0
+        for name in os.listdir(directory):
+            stem, ext = os.path.splitext(name)
+            parts = stem.rsplit("-", 4)
+            if ext not in (".tsv", ".sqlite") or len(parts) != 5 or not parts[3].isdigit():
+                continue
+            label, proto, rate, rep, pattern = parts
+            last = max(last, int(rep))
+            found[(proto, int(rate), pattern)][label][offset + int(rep)] = os.path.join(directory, name)
+        offset += last
     return found
 
 
@@ -136,9 +146,10 @@ def paired(reps_a, reps_b):
 
 
 def main():
-    if len(sys.argv) < 2 or not os.path.isdir(sys.argv[1]):
+    directories = sys.argv[1].split(":") if len(sys.argv) > 1 else []
+    if not directories or not all(os.path.isdir(d) for d in directories):
         sys.exit(__doc__)
-    found = runs(sys.argv[1])
+    found = runs(directories)
     if not found:
         sys.exit(f"{sys.argv[1]}: no logs named as `LATENCIES` names them")
     for (proto, rate, pattern), by_label in sorted(found.items(), key=lambda kv: (kv[0][0] != "h2", -kv[0][1], kv[0][2])):
