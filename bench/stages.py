@@ -16,6 +16,9 @@ pinned to:
 * **request**: from the proxy thread being switched in after the core was idle (a client's
   request woke it) to its first write to the upstream connection: reading and decrypting the
   request, deciding, encoding and encrypting it for the upstream;
+* **handover**: from that write to the upstream being switched in on the core they share: how
+  long the proxy keeps the core after handing a request over (the rest of its poll, its
+  bookkeeping, going back to wait), which the upstream, and so the request, waits out;
 * **response**: from the upstream's write of the response (nginx's system call) to the proxy's
   next write to a client: being switched in, reading and decrypting the response, encoding and
   encrypting it for the client.
@@ -78,10 +81,11 @@ def events(data):
 
 
 def stages(data, proxy, upstream, up_fds, ours):
-    """The request and response stages (µs) of the proxy process `proxy` in one run, and how
-    long each other process held the core (µs, by pid; the processes `ours` and idle time left
-    out)."""
-    request, response, others = [], [], collections.Counter()
+    """The request, handover and response stages (µs) of the proxy process `proxy` in one run,
+    and how long each other process held the core (µs, by pid; the processes `ours` and idle
+    time left out)."""
+    request, handover, response, others = [], [], [], collections.Counter()
+    handed_over = None               # the proxy's write upstream, until the upstream runs
     running, since = None, None      # the pid on the core, and since when
     segment_start = None             # the proxy's switch-in after idle, until its first write
     upstream_wrote = None            # the upstream's last response write not yet relayed
@@ -94,6 +98,9 @@ def stages(data, proxy, upstream, up_fds, ours):
             if running is not None and running not in ours and running != IDLE_PID:
                 others[running] += t - since
             nxt_pid = pid_of(nxt)
+            if nxt_pid == upstream and handed_over is not None:
+                handover.append(t - handed_over)
+                handed_over = None
             if nxt_pid == proxy and prev == IDLE_PID:
                 segment_start = t
             running, since = nxt_pid, t
@@ -105,15 +112,17 @@ def stages(data, proxy, upstream, up_fds, ours):
         elif pid == proxy:
             m = FD.search(fields)
             fd = int(m.group(1), 16) if m else -1
-            if fd in up_fds and segment_start is not None:
-                request.append(t - segment_start)
+            if fd in up_fds:
+                handed_over = handed_over or t
+                if segment_start is not None:
+                    request.append(t - segment_start)
             elif fd not in up_fds and upstream_wrote is not None:
                 response.append(t - upstream_wrote)
                 upstream_wrote = None
             # A stage runs on through the proxy being preempted; whatever the proxy wrote first
             # after an idle wake-up ends it, a request stage only if it went upstream.
             segment_start = None
-    return request, response, others
+    return request, handover, response, others
 
 
 @functools.cache
@@ -167,7 +176,7 @@ def main():
         runs = [(name, proto, rate) for rate in rates for proto in protos for name in ports]
         print(f"# {len(runs)} runs x {reps} repeat(s) of {duration}, spread at {' and '.join(map(str, rates))} "
               f"req/s; GET {lt.PATH}", flush=True)
-        pooled = collections.defaultdict(lambda: ([], []))
+        pooled = collections.defaultdict(lambda: ([], [], []))
         held = collections.Counter()
         seconds = 0.0
         for rep in range(reps):
@@ -185,15 +194,16 @@ def main():
                 seconds += time.monotonic() - begun
                 perf.send_signal(2)
                 perf.wait()
-                request, response, others = stages(data, pids[name], upstream, fds,
-                                                   set(lt.tree(up)) | set(pids.values()) | {perf.pid})
-                pooled[(name, proto, rate)][0].extend(request)
-                pooled[(name, proto, rate)][1].extend(response)
+                request, handover, response, others = stages(
+                    data, pids[name], upstream, fds, set(lt.tree(up)) | set(pids.values()) | {perf.pid})
+                for kept, new in zip(pooled[(name, proto, rate)], (request, handover, response)):
+                    kept.extend(new)
                 for pid, us in others.items():
                     held[comm(pid)] += us
-                (request50,), (response50,) = rp.percentiles(request, (50,)), rp.percentiles(response, (50,))
-                print(f"  [{rep + 1}] {name:10} {proto} {rate}/s: request p50 {request50:4.0f} µs, "
-                      f"response p50 {response50:4.0f} µs ({len(request)}, {len(response)} stages)", flush=True)
+                medians = [rp.percentiles(kind, (50,))[0] for kind in (request, handover, response)]
+                print(f"  [{rep + 1}] {name:10} {proto} {rate}/s: p50 request {medians[0]:4.0f} µs, handover "
+                      f"{medians[1]:4.0f} µs, response {medians[2]:4.0f} µs "
+                      f"({len(request)}, {len(handover)}, {len(response)} stages)", flush=True)
         print(render(pooled, list(ports), protos, rates, reps, duration))
         busiest = ", ".join(f"{name} {us / seconds / 1000:.1f} ms/s" for name, us in held.most_common(5))
         print(f"\nOther tasks on core {lt.PROXY_CORE} during the runs (the proxies, the upstream and idle left "
@@ -216,20 +226,21 @@ def render(pooled, names, protos, rates, reps, duration):
     lines = [f"\nLoopback, {lt.machine()}; upstream and proxy on core {lt.PROXY_CORE}, load generator on core "
              f"{lt.LOAD_CORE}. Requests spread, {reps} repeat(s) of {duration} pooled. p50 / p90 / p99 in µs; "
              "*vs HAProxy*: p50 / p99 minus HAProxy's (negative: below it).", "",
-             "| proxy | client | rate | request stage | vs HAProxy | response stage | vs HAProxy | stages |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "| proxy | client | rate | request stage | vs HAProxy | handover | vs HAProxy | response stage "
+             "| vs HAProxy | stages |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for rate in rates:
         for proto in protos:
             base = pooled[("haproxy", proto, rate)]
             for name in names:
                 cells = []
-                for i in (0, 1):
+                for i in (0, 1, 2):
                     p50, p90, p99 = rp.percentiles(pooled[(name, proto, rate)][i], (50, 90, 99))
                     b50, b99 = rp.percentiles(base[i])
                     cells.append(f"{p50:.0f} / {p90:.0f} / {p99:.0f}")
                     cells.append("—" if name == "haproxy" else f"{p50 - b50:+.0f} / {p99 - b99:+.0f}")
-                n = tuple(len(pooled[(name, proto, rate)][i]) for i in (0, 1))
-                lines.append(f"| {name} | {clients[proto]} | {rate}/s | " + " | ".join(cells) + f" | {n[0]}, {n[1]} |")
+                n = ", ".join(str(len(kind)) for kind in pooled[(name, proto, rate)])
+                lines.append(f"| {name} | {clients[proto]} | {rate}/s | " + " | ".join(cells) + f" | {n} |")
     return "\n".join(lines)
 
 
