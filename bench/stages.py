@@ -116,7 +116,7 @@ def stages(data, proxy, upstream, up_fds, ours):
                 handed_over = handed_over or t
                 if segment_start is not None:
                     request.append(t - segment_start)
-            elif fd not in up_fds and upstream_wrote is not None:
+            elif upstream_wrote is not None:
                 response.append(t - upstream_wrote)
                 upstream_wrote = None
             # A stage runs on through the proxy being preempted; whatever the proxy wrote first
@@ -234,9 +234,9 @@ def render(pooled, names, protos, rates, reps, duration):
             base = pooled[("haproxy", proto, rate)]
             for name in names:
                 cells = []
-                for i in (0, 1, 2):
-                    p50, p90, p99 = rp.percentiles(pooled[(name, proto, rate)][i], (50, 90, 99))
-                    b50, b99 = rp.percentiles(base[i])
+                for kind, base_kind in zip(pooled[(name, proto, rate)], base):
+                    p50, p90, p99 = rp.percentiles(kind, (50, 90, 99))
+                    b50, b99 = rp.percentiles(base_kind)
                     cells.append(f"{p50:.0f} / {p90:.0f} / {p99:.0f}")
                     cells.append("—" if name == "haproxy" else f"{p50 - b50:+.0f} / {p99 - b99:+.0f}")
                 n = ", ".join(str(len(kind)) for kind in pooled[(name, proto, rate)])
