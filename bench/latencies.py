@@ -14,6 +14,12 @@ For each client protocol, rate and arrival pattern:
   HELD µs (default 1500): the whole burst waited, something other than the burst's own work
   held the core. Counted for every configuration, the upstream alone included, since what holds
   them all is the machine.
+* **by position** (bursts only): when each answer of a whole burst came, counted from the
+  burst's first request sent, ordered by arrival (the 1st answer, the 2nd, ..., the 16th): each
+  LABEL's p50 over every burst minus HAProxy's, for the 1st, 2nd, 4th, 8th and last. Two proxies
+  that spend the same CPU on a burst can still differ here: one that answers the first request
+  alone and the rest together (bench/PERF_NOTES.md, thirty-second round) shows an early 1st
+  and a late 2nd.
 * **pooled**: every repeat's requests of a LABEL together, p50 and p99 minus HAProxy's, and how
   far the p99 difference could move with the machine: its 90 % interval over RESAMPLES (default
   1000) resamplings of the repeats (a repeat drawn with its HAProxy run, seeded so a directory
@@ -42,7 +48,7 @@ import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from realpath import WARMUP_US, logged_requests, nearest_rank, percentiles, settled  # noqa: E402
+from realpath import BURST, WARMUP_US, logged_requests, nearest_rank, percentiles, settled  # noqa: E402
 
 PEERS = ("upstream", "haproxy", "nginx")
 try:
@@ -83,7 +89,9 @@ def settled_of(path):
     return settled(logged_requests(path))
 
 
-def held_back(path):
+def bursts_of(path):
+    """The (start, latency) of each request of a kept bursts log, a list per burst, the run's
+    first WARMUP_US left out."""
     rows = logged_requests(path)
     first = rows[0][0] if rows else 0
     bursts = []
@@ -94,7 +102,30 @@ def held_back(path):
             bursts[-1].append((start, latency))
         else:
             bursts.append([(start, latency)])
-    return sum(min(latency for _, latency in b) > HELD for b in bursts)
+    return bursts
+
+
+def held_back(path):
+    return sum(min(latency for _, latency in b) > HELD for b in bursts_of(path))
+
+
+# The answers `by_position` reports, counted from 1.
+POSITIONS = (1, 2, 4, 8, BURST)
+
+
+def by_position(paths):
+    """For each of POSITIONS, the p50 over the whole bursts of `paths` of when that answer came
+    (the position-th to complete), in µs since its burst's first request was sent."""
+    done = collections.defaultdict(list)
+    for path in paths:
+        for burst in bursts_of(path):
+            if len(burst) != BURST:
+                continue
+            first = min(start for start, _ in burst)
+            ends = sorted(start + latency - first for start, latency in burst)
+            for position in POSITIONS:
+                done[position].append(ends[position - 1])
+    return {position: percentiles(done[position])[0] for position in POSITIONS if done[position]}
 
 
 def by_repeat(by_label, label):
@@ -175,6 +206,11 @@ def main():
             counts = ", ".join(f"{label} {sum(held_back(p) for p in by_label[label].values())}"
                                for label in sorted(by_label))
             print(f"  bursts held back (fastest request over {HELD:.0f} µs): {counts}")
+            ha_at = by_position(by_label["haproxy"].values())
+            for label in labels:
+                at = by_position(p for m in label.split("+") for p in by_label[m].values())
+                cells = ", ".join(f"{n}. {at[n] - ha_at[n]:+.0f}" for n in POSITIONS if n in at and n in ha_at)
+                print(f"  {label} - haproxy, answers by position in the burst, p50 since its first send: {cells}")
 
 
 if __name__ == "__main__":

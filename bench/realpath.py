@@ -29,7 +29,8 @@ odd repeats), measured with each client protocol:
   proxy's system calls and context switches per request (`perf stat`, when perf is there);
 * at each fixed rate of RATES (default 2000 req/s; `RATES="2000 500"` runs both in each visit;
   h2load `--rps` from 4 connections of up to 4 streams, or 16 HTTP/1.1 connections): CPU per
-  request, and p50/p99 of the per-request latencies (h2load's log, oha's `--db-url` table) minus
+  request (from /proc, in clock ticks of 10 ms: a tick is 10 µs a request over 1 s at 1000
+  req/s, so read short runs' rows as medians over many repeats), and p50/p99 of the per-request latencies (h2load's log, oha's `--db-url` table) minus
   the upstream's own (the upstream measured straight, over the same client protocol, in the same
   repeat), with the requests arriving in two ways:
   - **spread**: the connections open one per millisecond (`-r 1 --rate-period 1ms`), so their
@@ -39,7 +40,10 @@ odd repeats), measured with each client protocol:
     streams most requests left in fours, 8 ms apart (bench/PERF_NOTES.md, twentieth round);
   - **in bursts**: 16 requests sent together (oha `--burst-rate 16`; 16 HTTP/1.1 connections,
     or 4 HTTP/2 connections of 4 streams), a burst every 16/RATE s, as when clients are woken by
-    the same event. A request's wait is then mostly the requests served before it in its burst.
+    the same event. A request's wait is then mostly the requests served before it in its burst,
+    and a proxy's CPU per request is higher than spread: each burst finds the core's caches
+    cold, and how it is woken through a burst decides how often (bench/PERF_NOTES.md,
+    thirty-second round).
     Not h2load with its connections opened together: each connection's timer starts when its
     handshake ends, so how many requests arrive together depends on how the proxy under test
     finished the handshakes (6 to 16 for the same proxy, run to run), and proxies were compared
@@ -513,16 +517,19 @@ def main():
                     c2 = lt.cpu_seconds(proxy)
                     kept = os.path.join(latencies, f"{name}-{proto}-{rate}-{rep + 1}") if latencies else None
                     m, lat = spread(port, proto, duration, rate, work, kept and kept + "-spread.tsv")
-                    r[f"cpu_rate@{rate}"] = (lt.cpu_seconds(proxy) - c2) / m * 1e6
+                    c3 = lt.cpu_seconds(proxy)
+                    r[f"cpu_rate@{rate}"] = (c3 - c2) / m * 1e6
                     burst_rps, burst_lat = bursts(port, proto, duration, rate, ca, work,
                                                   kept and kept + "-bursts.sqlite")
                     r[f"burst_rps@{rate}"] = burst_rps
+                    r[f"cpu_burst@{rate}"] = (lt.cpu_seconds(proxy) - c3) / (burst_rps * seconds(duration)) * 1e6
                     for pattern, samples in (("spread", lat), ("bursts", burst_lat)):
                         p50, p99 = percentiles(samples)
                         r[f"{pattern}50@{rate}"], r[f"{pattern}99@{rate}"] = p50, p99
                         pooled[(name, proto, rate, pattern)] += samples
                     line += (f"; at {rate}/s {r[f'cpu_rate@{rate}']:5.1f} µs/req, p50 {r[f'spread50@{rate}']:5.0f} µs, "
                              f"p99 {r[f'spread99@{rate}']:6.0f} µs, in bursts ({burst_rps:.0f} req/s) "
+                             f"{r[f'cpu_burst@{rate}']:5.1f} µs/req, "
                              f"p50 {r[f'bursts50@{rate}']:5.0f} µs, p99 {r[f'bursts99@{rate}']:6.0f} µs")
                 r["rss"] = lt.rss_mb(proxy)
                 results[(name, proto)].append(r)
@@ -563,8 +570,9 @@ def render(results, pooled, ports, protos, reps, duration, rates, connections, s
         "",
         "| configuration | client | CPU per request, closed loop | of which system | vs HAProxy | "
         "upstream's CPU per request | system calls per request | context switches per request | throughput | "
-        + "".join(f"CPU per request at {rate} req/s | vs HAProxy | " for rate in rates) + "RSS |",
-        "| --- " * (10 + 2 * len(rates)) + "|",
+        + "".join(f"CPU per request at {rate} req/s | vs HAProxy | the same in bursts | vs HAProxy | "
+                  for rate in rates) + "RSS |",
+        "| --- " * (10 + 4 * len(rates)) + "|",
     ]
     labels = {"upstream": "upstream alone (nginx, HTTP/2 over TLS)",
               "haproxy": "HAProxy (1 thread), `proto h2` over TLS out",
@@ -584,8 +592,8 @@ def render(results, pooled, ports, protos, reps, duration, rates, connections, s
                         f"{ratio('cpu')} | {'—' if name == 'upstream' else rng(vals('up'), '{:.1f}') + ' µs'} | "
                         f"{rng(vals('syscalls'), '{:.2f}')} | {rng(vals('switches'), '{:.2f}')} | "
                         f"{rng(vals('rps'), '{:.0f}')} req/s | "
-                        + "".join(f"{rng(vals(f'cpu_rate@{rate}'), '{:.1f}')} µs | {ratio(f'cpu_rate@{rate}')} | "
-                                  for rate in rates)
+                        + "".join(f"{rng(vals(f'{key}@{rate}'), '{:.1f}')} µs | {ratio(f'{key}@{rate}')} | "
+                                  for rate in rates for key in ("cpu_rate", "cpu_burst"))
                         + f"{med(vals('rss')):.1f} MB |")
     for rate in rates:
         burst_rps = [r[f"burst_rps@{rate}"] for rows_ in results.values() for r in rows_]
