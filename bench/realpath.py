@@ -30,9 +30,10 @@ odd repeats), measured with each client protocol:
 * at each fixed rate of RATES (default 2000 req/s; `RATES="2000 500"` runs both in each visit;
   h2load `--rps` from 4 connections of up to 4 streams, or 16 HTTP/1.1 connections): CPU per
   request (from /proc, in clock ticks of 10 ms: a tick is 10 µs a request over 1 s at 1000
-  req/s, so read short runs' rows as medians over many repeats), and p50/p99 of the per-request latencies (h2load's log, oha's `--db-url` table) minus
-  the upstream's own (the upstream measured straight, over the same client protocol, in the same
-  repeat), with the requests arriving in two ways:
+  req/s, so read short runs' rows as medians over many repeats), and p50/p99 of the
+  per-request latencies (h2load's log, oha's `--db-url` table) minus the upstream's own (the
+  upstream measured straight, over the same client protocol, in the same repeat), with the
+  requests arriving in two ways:
   - **spread**: the connections open one per millisecond (`-r 1 --rate-period 1ms`), so their
     timers are out of step and requests arrive one or two at a time, a millisecond apart: a
     fixed rate as a server sees many independent clients. One stream per HTTP/2 connection:
