@@ -22,15 +22,17 @@ Layout as bench/loadtest.py: upstream and proxies pinned to core 0, the load gen
 the sink) to core 1. Every configuration runs once per repeat, interleaved (in reverse order on
 odd repeats), measured with each client protocol:
 
-* CPU per request: the proxy's own CPU time (utime + stime from /proc) over a closed-loop run
-  (h2load, CONNECTIONS connections, default 32, each with STREAMS HTTP/2 streams, default 1, or
-  HTTP/1.1 keep-alive), divided by the requests completed; the upstream's CPU per request in
+* CPU per request: the proxy's own CPU time (every thread's, in nanoseconds from /proc; the
+  system part in clock ticks of 10 ms) over a closed-loop run (h2load, CONNECTIONS
+  connections, default 32, each with STREAMS HTTP/2 streams, default 1, or HTTP/1.1
+  keep-alive), divided by the requests completed; the upstream's CPU per request in
   the same run is given too (it is served HTTP/1.1 by nginx, HTTP/2 by the others), and the
   proxy's system calls and context switches per request (`perf stat`, when perf is there);
 * at each fixed rate of RATES (default 2000 req/s; `RATES="2000 500"` runs both in each visit;
   h2load `--rps` from 4 connections of up to 4 streams, or 16 HTTP/1.1 connections): CPU per
-  request (from /proc, in clock ticks of 10 ms: a tick is 10 µs a request over 1 s at 1000
-  req/s, so read short runs' rows as medians over many repeats), and p50/p99 of the
+  request (in nanoseconds since the thirty-third round of bench/PERF_NOTES.md; before it in
+  clock ticks of 10 ms, 10 µs a request over 1 s at 1000 req/s, so those rounds' short runs
+  read as medians over many repeats), and p50/p99 of the
   per-request latencies (h2load's log, oha's `--db-url` table) minus the upstream's own (the
   upstream measured straight, over the same client protocol, in the same repeat), with the
   requests arriving in two ways:
