@@ -15,6 +15,7 @@ done
 if [[ -z "${MVPROXY_BIN:-}" ]]; then
   MVPROXY_BIN=$(release_mvproxy)
   export MVPROXY_BIN
-  cargo build --release -p mvproxy-demo --example standin -q
 fi
+# The stand-in API servers, whichever mvproxy is measured (STANDIN_BIN: one built elsewhere).
+[[ -n "${STANDIN_BIN:-}" ]] || cargo build --release -p mvproxy-demo --example standin -q
 exec python3 bench/watches.py "$@"
