@@ -51,6 +51,12 @@ use tokio_rustls::{TlsAcceptor, TlsConnector};
 
 type BoxError = Box<dyn Error + Send + Sync>;
 
+/// The shipped `mvproxy` links jemalloc (`proxy/cli/src/main.rs`); the floor links it too, so
+/// the two differ in mvproxy's own work only (`bench/PERF_NOTES.md`, thirty-fourth round, "The
+/// floor with jemalloc").
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 /// The shared upstream connection's handle, through `h2` itself or through hyper's client.
 #[derive(Clone)]
 enum Upstream {
