@@ -19,7 +19,10 @@ Several binaries make it an A/B of builds against the same peers in the same run
 * mvproxy: `--tls-cert-file` in; `--local https://...` with `--local-ca-file`: HTTP/2 by ALPN.
 
 Layout as bench/loadtest.py: upstream and proxies pinned to core 0, the load generator (and
-the sink) to core 1. Every configuration runs once per repeat, interleaved (in reverse order on
+the sink) to core 1. UPSTREAM_CORE=load pins the upstream to the load generator's core
+instead: on the proxy's core it runs only when the proxy yields the core, and which proxy the
+kernel switches out for it decides a burst's first answers (bench/PERF_NOTES.md, thirty-sixth
+round); every table before that round was measured with the default, `proxy`. Every configuration runs once per repeat, interleaved (in reverse order on
 odd repeats), measured with each client protocol:
 
 * CPU per request: the proxy's own CPU time (every thread's, in nanoseconds from /proc; the
@@ -108,6 +111,8 @@ SYSCALLS, SWITCHES = "raw_syscalls:sys_enter", "context-switches"
 MEMMOVES = ("avx512", "evex", "avx", "sse2")
 COPIES_REQUESTS = 2000
 MVPROXY0, ADMIN0 = 18510, 18530
+# Where UPSTREAM_CORE puts the upstream nginx.
+UPSTREAM_CORES = {"proxy": lt.PROXY_CORE, "load": lt.LOAD_CORE}
 # A run's first requests go out while its connections are being opened (h2load opens one a
 # millisecond, oha opens its 16 HTTP/1.1 connections with its first burst) and each TLS
 # handshake holds the core for a millisecond or two: those requests measure the handshakes, oha's
@@ -420,6 +425,9 @@ def main():
     protos = os.environ.get("PROTOS", "h2 h1").split()
     if not protos or set(protos) - {"h2", "h1"}:
         sys.exit(f"PROTOS={os.environ.get('PROTOS')!r}: give h2, h1 or both")
+    upstream_core = UPSTREAM_CORES.get(os.environ.get("UPSTREAM_CORE", "proxy"))
+    if upstream_core is None:
+        sys.exit(f"UPSTREAM_CORE={os.environ.get('UPSTREAM_CORE')!r}: give proxy (the default) or load")
     out_dir = os.path.join(lt.ROOT, "target/loadtest")
     os.makedirs(out_dir, exist_ok=True)
 
@@ -439,7 +447,7 @@ def main():
         cert, key, ca = prepare(work)
         pids, ports = {}, {}
         pids["upstream"] = procs.start("upstream", ["nginx", "-c", f"{work}/up-tls.conf", "-g", "daemon off;"],
-                                       lt.PROXY_CORE).pid
+                                       upstream_core).pid
         ports["upstream"] = UP_TLS
         lt.wait_port(UP_TLS)
         pids["haproxy"] = procs.start("haproxy", ["haproxy", "-db", "-f", f"{work}/rp.cfg"], lt.PROXY_CORE).pid
@@ -537,7 +545,7 @@ def main():
                 r["rss"] = lt.rss_mb(proxy)
                 results[(name, proto)].append(r)
                 print(line, flush=True)
-        table = render(results, pooled, ports, protos, reps, duration, rates, connections, streams)
+        table = render(results, pooled, ports, protos, reps, duration, rates, connections, streams, upstream_core)
         table += same_build(binaries, results, pooled, protos, rates)
         if copy_lines:
             table += f"\nCopies, counted over {COPIES_REQUESTS} closed-loop requests of their own (uprobes on glibc's " \
@@ -560,11 +568,11 @@ def main():
             subprocess.run(["perf", "probe", "-q", "-d", "probe_libc:mvproxy_copy_*"], capture_output=True)
 
 
-def render(results, pooled, ports, protos, reps, duration, rates, connections, streams):
+def render(results, pooled, ports, protos, reps, duration, rates, connections, streams, upstream_core):
     """The CPU table, then a latency table per rate."""
     rows = [
-        f"Loopback, {lt.machine()}; upstream and proxy on core {lt.PROXY_CORE}, load generator on core "
-        f"{lt.LOAD_CORE}. Medians (min–max) over {reps} repeat(s) of {duration}; ratios to HAProxy over the "
+        f"Loopback, {lt.machine()}; proxy on core {lt.PROXY_CORE}, upstream on core {upstream_core}, load "
+        f"generator on core {lt.LOAD_CORE}. Medians (min–max) over {reps} repeat(s) of {duration}; ratios to HAProxy over the "
         f"same client protocol in the same repeat. Closed loop: {connections} connections"
         f"{f' ({streams} streams each)' if streams > 1 else ''}; open loop: {' and '.join(map(str, rates))} req/s. "
         f"GET {lt.PATH} (2 KB PodList) from an nginx serving HTTP/2 over TLS. Load average at the end: "

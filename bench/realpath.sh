@@ -8,7 +8,7 @@
 #
 # From a fresh Debian machine: installs nginx-light, haproxy, h2load (nghttp2-client) and openssl
 # (apt), and oha (cargo). Variables: REPEATS, DURATION, RATES, CONNECTIONS, STREAMS, PROTOS, PROFILE, COPIES,
-# LATENCIES, MVPROXY_ENV, MVPROXY_PGO. The table is printed and written to target/loadtest/realpath.md. Loopback only.
+# LATENCIES, UPSTREAM_CORE, MVPROXY_ENV, MVPROXY_PGO. The table is printed and written to target/loadtest/realpath.md. Loopback only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
