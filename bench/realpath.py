@@ -22,8 +22,9 @@ Layout as bench/loadtest.py: upstream and proxies pinned to core 0, the load gen
 the sink) to core 1. UPSTREAM_CORE=load pins the upstream to the load generator's core
 instead: on the proxy's core it runs only when the proxy yields the core, and which proxy the
 kernel switches out for it decides a burst's first answers (bench/PERF_NOTES.md, thirty-sixth
-round); every table before that round was measured with the default, `proxy`. Every configuration runs once per repeat, interleaved (in reverse order on
-odd repeats), measured with each client protocol:
+round; every other run in it, and every table of bench/README.md, has the default, `proxy`).
+Every configuration runs once per repeat, interleaved (in reverse order on odd repeats),
+measured with each client protocol:
 
 * CPU per request: the proxy's own CPU time (every thread's, in nanoseconds from /proc; the
   system part in clock ticks of 10 ms) over a closed-loop run (h2load, CONNECTIONS
