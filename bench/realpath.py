@@ -573,8 +573,8 @@ def render(results, pooled, ports, protos, reps, duration, rates, connections, s
     """The CPU table, then a latency table per rate."""
     rows = [
         f"Loopback, {lt.machine()}; proxy on core {lt.PROXY_CORE}, upstream on core {upstream_core}, load "
-        f"generator on core {lt.LOAD_CORE}. Medians (min–max) over {reps} repeat(s) of {duration}; ratios to HAProxy over the "
-        f"same client protocol in the same repeat. Closed loop: {connections} connections"
+        f"generator on core {lt.LOAD_CORE}. Medians (min–max) over {reps} repeat(s) of {duration}; ratios to "
+        f"HAProxy over the same client protocol in the same repeat. Closed loop: {connections} connections"
         f"{f' ({streams} streams each)' if streams > 1 else ''}; open loop: {' and '.join(map(str, rates))} req/s. "
         f"GET {lt.PATH} (2 KB PodList) from an nginx serving HTTP/2 over TLS. Load average at the end: "
         f"{os.getloadavg()[0]:.1f} (1 min), {os.getloadavg()[1]:.1f} (5 min); above about 1.5 other processes "
