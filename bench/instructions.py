@@ -24,6 +24,20 @@ instruction per byte, where the CPU moves tens of bytes a cycle; so a change fou
 confirmed with bench/realpath.sh on a quiet machine. REPEATS (default 2) runs show what
 remains of nondeterminism (thread scheduling, hash seeds). KEEP=DIR keeps the callgrind files
 there, for `callgrind_annotate --inclusive=yes DIR/FILE` to say where the instructions go.
+
+CACHE_SIM=1 turns on callgrind's cache and branch simulation (`--cache-sim=yes
+--branch-sim=yes`, slower again) and adds, per request: first-level misses of instructions
+(I1mr) and of data (D1mr + D1mw), last-level misses (ILmr + DLmr + DLmw), mispredicted
+branches (Bcm + Bim), and the estimated cycles of Itamar Turner-Trauring's formula that iai and iai-callgrind
+use (https://pythonspeed.com/articles/consistent-benchmarking-in-ci/): L1 hits + 5 LL hits + 35
+RAM accesses, branches not counted (valgrind's manual puts a misprediction at 10 to 30 cycles,
+https://valgrind.org/docs/manual/cg-manual.html). This is what hardware counters would say on
+a VM that exposes none, as a model: one process alone on caches the size of this machine's
+(valgrind reads them from cpuid), not the caches the upstream shares on the bench's core. It
+ranks footprints and branchiness; it does not predict time. Instruction misses depend on what
+runs back to back: under callgrind every proxy is slow enough that CONNECTIONS requests wait at
+each turn, so a proxy that runs one stage for all of them in a row misses less than one that
+takes each request through every stage in turn.
 """
 
 import os
@@ -43,22 +57,38 @@ import realpath as rp  # noqa: E402
 PROXY, ADMIN, SINK = 18540, 18541, 18542
 # Under callgrind a proxy is 20 to 100 times slower: it starts, and reads discovery, slowly.
 STARTUP_TIMEOUT = 120
+# The columns CACHE_SIM=1 adds (`derived`).
+SIMULATED = ["I1 misses", "D1 misses", "LL misses", "mispredicted", "est. cycles"]
 
 
 def totals(path):
-    """The instructions (Ir) a callgrind output file counted."""
+    """The events a callgrind output file counted, by name (Ir, and with CACHE_SIM the cache and
+    branch events)."""
+    names = None
     with open(path) as f:
         for line in f:
-            if line.startswith(("summary:", "totals:")):
-                return int(line.split()[1])
-    sys.exit(f"{path}: no totals line (did callgrind finish?)")
+            if line.startswith("events:"):
+                names = line.split()[1:]
+            elif line.startswith(("summary:", "totals:")) and names:
+                return dict(zip(names, map(int, line.split()[1:])))
+    sys.exit(f"{path}: no events and totals lines (did callgrind finish?)")
 
 
-def counted(label, argv, env, wait, proto, requests, connections, work, keep):
-    """Starts `argv` under callgrind, sends `requests` GETs and stops it: the instructions."""
+def derived(per):
+    """The cache model's figures from one request's events (the module's doc says which)."""
+    l1 = per["I1mr"] + per["D1mr"] + per["D1mw"]
+    ram = per["ILmr"] + per["DLmr"] + per["DLmw"]
+    return {"I1 misses": per["I1mr"], "D1 misses": per["D1mr"] + per["D1mw"], "LL misses": ram,
+            "mispredicted": per["Bcm"] + per["Bim"],
+            "est. cycles": (per["Ir"] + per["Dr"] + per["Dw"] - l1) + 5 * (l1 - ram) + 35 * ram}
+
+
+def counted(label, argv, env, wait, proto, requests, connections, work, keep, sim):
+    """Starts `argv` under callgrind, sends `requests` GETs and stops it: its events' totals."""
     out = os.path.join(work, f"callgrind.{label}.{proto}.{requests}")
+    flags = ["--cache-sim=yes", "--branch-sim=yes"] if sim else []
     p = subprocess.Popen(["taskset", "-c", lt.PROXY_CORE, "valgrind", "--tool=callgrind", "--quiet", "--trace-children=yes",
-                          f"--callgrind-out-file={out}"] + argv,
+                          f"--callgrind-out-file={out}"] + flags + argv,
                          env=env, stdout=subprocess.DEVNULL, stderr=open(out + ".log", "wb"),
                          start_new_session=True)
     try:
@@ -85,6 +115,10 @@ def main():
     connections = int(os.environ.get("CONNECTIONS", "32"))
     protos = os.environ.get("PROTOS", "h2 h1").split()
     keep = os.environ.get("KEEP", "")
+    sim = os.environ.get("CACHE_SIM", "0")
+    if sim not in ("0", "1"):
+        sys.exit(f"CACHE_SIM={sim!r}: give 1 (simulate caches and branches) or 0 (the default)")
+    sim = sim == "1"
     if not protos or set(protos) - {"h2", "h1"}:
         sys.exit(f"PROTOS={os.environ.get('PROTOS')!r}: give h2, h1 or both")
     if not connections <= few < many:
@@ -139,13 +173,16 @@ def main():
             for label, argv, env, wait in configs:
                 for proto in protos:
                     t0 = time.time()
-                    a = counted(label, argv, env, wait, proto, few, connections, work, keep)
-                    b = counted(label, argv, env, wait, proto, many, connections, work, keep)
-                    per = (b - a) / (many - few)
+                    a = counted(label, argv, env, wait, proto, few, connections, work, keep, sim)
+                    b = counted(label, argv, env, wait, proto, many, connections, work, keep, sim)
+                    per = {k: (b[k] - a[k]) / (many - few) for k in b}
+                    if sim:
+                        per.update(derived(per))
                     results.setdefault((label, proto), []).append(per)
-                    print(f"  [{rep + 1}] {label:14} {proto}  {per:9.0f} instructions/request "
-                          f"({time.time() - t0:.0f} s)", flush=True)
-        table = render(results, [c[0] for c in configs], protos, reps, few, many, connections)
+                    print(f"  [{rep + 1}] {label:14} {proto}  {per['Ir']:9.0f} instructions/request"
+                          + "".join(f", {per[k]:.0f} {k}" for k in SIMULATED if sim)
+                          + f" ({time.time() - t0:.0f} s)", flush=True)
+        table = render(results, [c[0] for c in configs], protos, reps, few, many, connections, sim)
         print()
         print(table)
         out_dir = os.path.join(lt.ROOT, "target/loadtest")
@@ -157,24 +194,38 @@ def main():
         shutil.rmtree(work, ignore_errors=True)
 
 
-def render(results, labels, protos, reps, few, many, connections):
+def ratio(mid, others):
+    """`mid` over the median of `others`; a dash where that is too few events to divide by (a
+    proxy's last-level misses per request, with this machine's last level of hundreds of MB)."""
+    base = statistics.median(others)
+    return f"{mid / base:.3f}" if base >= 10 else "—"
+
+
+def render(results, labels, protos, reps, few, many, connections, sim):
     first = labels[2]  # the first mvproxy binary
+    columns = ["Ir"] + (SIMULATED if sim else [])
     rows = [
         f"Loopback, {lt.machine()}. User-space instructions per request under callgrind (the difference of "
         f"{few} and {many} requests over {connections} connections; median and spread over {reps} repeat(s)); "
-        f"GET {lt.PATH} (2 KB PodList) from an nginx serving HTTP/2 over TLS.",
+        f"GET {lt.PATH} (2 KB PodList) from an nginx serving HTTP/2 over TLS."
+        + (" With CACHE_SIM=1: callgrind's cache and branch model, per request (bench/instructions.py)." if sim else ""),
         "",
-        f"| proxy | client | instructions per request | vs HAProxy | vs {first} |",
-        "| --- | --- | --- | --- | --- |",
+        "| proxy | client | instructions per request | vs HAProxy | vs " + first + " |"
+        + "".join(f" {k} | vs HAProxy |" for k in SIMULATED if sim),
+        "| --- | --- | --- | --- | --- |" + " --- | --- |" * (len(columns) - 1),
     ]
     for label in labels:
         for proto in protos:
-            v = results[(label, proto)]
-            mid = statistics.median(v)
-            spread = f" ({min(v):,.0f}–{max(v):,.0f})" if len(v) > 1 else ""
-            rows.append(f"| {label} | {'HTTP/2' if proto == 'h2' else 'HTTP/1.1'} | {mid:,.0f}{spread} | "
-                        f"{mid / statistics.median(results[('haproxy', proto)]):.3f} | "
-                        f"{mid / statistics.median(results[(first, proto)]):.3f} |")
+            cells = []
+            for k in columns:
+                v = [r[k] for r in results[(label, proto)]]
+                mid = statistics.median(v)
+                spread = f" ({min(v):,.0f}–{max(v):,.0f})" if len(v) > 1 else ""
+                cells.append(f"{mid:,.0f}{spread}")
+                cells.append(ratio(mid, [r[k] for r in results[("haproxy", proto)]]))
+                if k == "Ir":
+                    cells.append(ratio(mid, [r[k] for r in results[(first, proto)]]))
+            rows.append(f"| {label} | {'HTTP/2' if proto == 'h2' else 'HTTP/1.1'} | " + " | ".join(cells) + " |")
     return "\n".join(rows) + "\n"
 
 

@@ -8,8 +8,9 @@
 #   bench/instructions.sh OLD new=NEW NEW@0.1  several builds (and sampled export) side by side
 #
 # From a fresh Debian machine: installs valgrind, nginx-light, haproxy, h2load (nghttp2-client)
-# and openssl (apt). Variables: FEW, MANY, REPEATS, CONNECTIONS, PROTOS, KEEP, MVPROXY_PGO. The table is
-# printed and written to target/loadtest/instructions.md. Loopback only.
+# and openssl (apt). Variables: FEW, MANY, REPEATS, CONNECTIONS, PROTOS, KEEP, CACHE_SIM (1:
+# simulated cache misses and mispredicted branches too), MVPROXY_PGO. The table is printed and
+# written to target/loadtest/instructions.md. Loopback only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
