@@ -28,9 +28,9 @@ there, for `callgrind_annotate --inclusive=yes DIR/FILE` to say where the instru
 CACHE_SIM=1 turns on callgrind's cache and branch simulation (`--cache-sim=yes
 --branch-sim=yes`, slower again) and adds, per request: first-level misses of instructions
 (I1mr) and of data (D1mr + D1mw), last-level misses (ILmr + DLmr + DLmw), mispredicted
-branches (Bcm + Bim), and the estimated cycles of Itamar Turner-Trauring's formula that iai and iai-callgrind
-use (https://pythonspeed.com/articles/consistent-benchmarking-in-ci/): L1 hits + 5 LL hits + 35
-RAM accesses, branches not counted (valgrind's manual puts a misprediction at 10 to 30 cycles,
+branches (Bcm + Bim), and the estimated cycles of Itamar Turner-Trauring's formula that iai and
+iai-callgrind use (https://pythonspeed.com/articles/consistent-benchmarking-in-ci/): L1 hits + 5
+LL hits + 35 RAM accesses, branches not counted (valgrind's manual puts a misprediction at 10 to 30 cycles,
 https://valgrind.org/docs/manual/cg-manual.html). This is what hardware counters would say on
 a VM that exposes none, as a model: one process alone on caches the size of this machine's
 (valgrind reads them from cpuid), not the caches the upstream shares on the bench's core. It
@@ -38,8 +38,18 @@ ranks footprints and branchiness; it does not predict time. Instruction misses d
 runs back to back: under callgrind every proxy is slow enough that CONNECTIONS requests wait at
 each turn, so a proxy that runs one stage for all of them in a row misses less than one that
 takes each request through every stage in turn.
+
+ATOMICS=1 counts, per request, the locked read-modify-writes the proxy ran: the x86 instructions
+with a `lock` prefix and `xchg` with a memory operand (locked without one), which Arc's counts,
+mutexes, tokio's task states and wakers and atomic counters compile to. Callgrind weighs each as
+one instruction; on the CPU each is a full memory barrier of about twenty cycles, uncontended
+(Intel's optimization manual; bench/PERF_NOTES.md, thirty-eighth round, measured this machine's),
+so a proxy can run fewer instructions than another and still spend more time. Callgrind writes
+each instruction's count (`--dump-instr=yes`) and objdump says which instructions are locked, in
+the proxy's binary and in every library it ran.
 """
 
+import functools
 import os
 import re
 import shutil
@@ -59,6 +69,8 @@ PROXY, ADMIN, SINK = 18540, 18541, 18542
 STARTUP_TIMEOUT = 120
 # The columns CACHE_SIM=1 adds (`derived`).
 SIMULATED = ["I1 misses", "D1 misses", "LL misses", "mispredicted", "est. cycles"]
+# The column ATOMICS=1 adds (`locked_rmw`).
+LOCKED = "locked RMW"
 
 
 def totals(path):
@@ -74,6 +86,44 @@ def totals(path):
     sys.exit(f"{path}: no events and totals lines (did callgrind finish?)")
 
 
+@functools.lru_cache(maxsize=None)
+def locked_addresses(path):
+    """The addresses (the object's own, as callgrind writes them) of `path`'s locked
+    instructions: a `lock` prefix, or `xchg` with a memory operand."""
+    out = subprocess.run(["objdump", "-d", "--no-show-raw-insn", path], capture_output=True, text=True,
+                         check=True).stdout
+    found = set()
+    for m in re.finditer(r"^\s*([0-9a-f]+):\s+(lock\b|xchg\s+\S*\()", out, re.MULTILINE):
+        found.add(int(m.group(1), 16))
+    return frozenset(found)
+
+
+def locked_rmw(path):
+    """How many locked instructions ran, from a callgrind file written with `--dump-instr=yes
+    --compress-pos=no --dump-line=no`: each cost line is an instruction's address and its events,
+    Ir first, under the `ob=` of its object (compressed as `(id) name`, the name given once)."""
+    objects, locked, n, skip = {}, frozenset(), 0, False
+    with open(path) as f:
+        for line in f:
+            if skip:  # a call's inclusive cost, at the call instruction
+                skip = False
+            elif line.startswith("calls="):
+                skip = True
+            elif line.startswith(("ob=", "cob=")):
+                m = re.match(r"c?ob=(?:\((\d+)\))?\s*(.*)", line.rstrip("\n"))
+                key, name = m.group(1), m.group(2)
+                if key and name:
+                    objects[key] = name
+                if line.startswith("ob="):
+                    name = objects.get(key, name)
+                    locked = locked_addresses(name) if os.path.isfile(name) else frozenset()
+            elif line.startswith("0x"):
+                fields = line.split()
+                if int(fields[0], 16) in locked:
+                    n += int(fields[1])
+    return n
+
+
 def derived(per):
     """The cache model's figures from one request's events (the module's doc says which)."""
     l1 = per["I1mr"] + per["D1mr"] + per["D1mw"]
@@ -83,10 +133,13 @@ def derived(per):
             "est. cycles": (per["Ir"] + per["Dr"] + per["Dw"] - l1) + 5 * (l1 - ram) + 35 * ram}
 
 
-def counted(label, argv, env, wait, proto, requests, connections, work, keep, sim):
-    """Starts `argv` under callgrind, sends `requests` GETs and stops it: its events' totals."""
+def counted(label, argv, env, wait, proto, requests, connections, work, keep, sim, atomics):
+    """Starts `argv` under callgrind, sends `requests` GETs and stops it: its events' totals
+    (and with `atomics` its locked instructions, as LOCKED)."""
     out = os.path.join(work, f"callgrind.{label}.{proto}.{requests}")
     flags = ["--cache-sim=yes", "--branch-sim=yes"] if sim else []
+    if atomics:
+        flags += ["--dump-instr=yes", "--compress-pos=no", "--dump-line=no"]
     p = subprocess.Popen(["taskset", "-c", lt.PROXY_CORE, "valgrind", "--tool=callgrind", "--quiet", "--trace-children=yes",
                           f"--callgrind-out-file={out}"] + flags + argv,
                          env=env, stdout=subprocess.DEVNULL, stderr=open(out + ".log", "wb"),
@@ -102,6 +155,8 @@ def counted(label, argv, env, wait, proto, requests, connections, work, keep, si
             p.kill()
             p.wait()
     n = totals(out)
+    if atomics:
+        n[LOCKED] = locked_rmw(out)
     if keep:
         shutil.copy(out, keep)
     return n
@@ -119,6 +174,11 @@ def main():
     if sim not in ("0", "1"):
         sys.exit(f"CACHE_SIM={sim!r}: give 1 (simulate caches and branches) or 0 (the default)")
     sim = sim == "1"
+    atomics = os.environ.get("ATOMICS", "0")
+    if atomics not in ("0", "1"):
+        sys.exit(f"ATOMICS={atomics!r}: give 1 (count locked read-modify-writes) or 0 (the default)")
+    atomics = atomics == "1"
+    extra = (SIMULATED if sim else []) + ([LOCKED] if atomics else [])
     if not protos or set(protos) - {"h2", "h1"}:
         sys.exit(f"PROTOS={os.environ.get('PROTOS')!r}: give h2, h1 or both")
     if not connections <= few < many:
@@ -173,16 +233,16 @@ def main():
             for label, argv, env, wait in configs:
                 for proto in protos:
                     t0 = time.time()
-                    a = counted(label, argv, env, wait, proto, few, connections, work, keep, sim)
-                    b = counted(label, argv, env, wait, proto, many, connections, work, keep, sim)
+                    a = counted(label, argv, env, wait, proto, few, connections, work, keep, sim, atomics)
+                    b = counted(label, argv, env, wait, proto, many, connections, work, keep, sim, atomics)
                     per = {k: (b[k] - a[k]) / (many - few) for k in b}
                     if sim:
                         per.update(derived(per))
                     results.setdefault((label, proto), []).append(per)
                     print(f"  [{rep + 1}] {label:14} {proto}  {per['Ir']:9.0f} instructions/request"
-                          + "".join(f", {per[k]:.0f} {k}" for k in SIMULATED if sim)
+                          + "".join(f", {per[k]:.0f} {k}" for k in extra)
                           + f" ({time.time() - t0:.0f} s)", flush=True)
-        table = render(results, [c[0] for c in configs], protos, reps, few, many, connections, sim)
+        table = render(results, [c[0] for c in configs], protos, reps, few, many, connections, sim, extra)
         print()
         print(table)
         out_dir = os.path.join(lt.ROOT, "target/loadtest")
@@ -201,9 +261,9 @@ def ratio(mid, others):
     return f"{mid / base:.3f}" if base >= 10 else "—"
 
 
-def render(results, labels, protos, reps, few, many, connections, sim):
+def render(results, labels, protos, reps, few, many, connections, sim, extra):
     first = labels[2]  # the first mvproxy binary
-    columns = ["Ir"] + (SIMULATED if sim else [])
+    columns = ["Ir"] + extra
     rows = [
         f"Loopback, {lt.machine()}. User-space instructions per request under callgrind (the difference of "
         f"{few} and {many} requests over {connections} connections; median and spread over {reps} repeat(s)); "
@@ -211,7 +271,7 @@ def render(results, labels, protos, reps, few, many, connections, sim):
         + (" With CACHE_SIM=1: callgrind's cache and branch model, per request (bench/instructions.py)." if sim else ""),
         "",
         "| proxy | client | instructions per request | vs HAProxy | vs " + first + " |"
-        + "".join(f" {k} | vs HAProxy |" for k in SIMULATED if sim),
+        + "".join(f" {k} | vs HAProxy |" for k in extra),
         "| --- | --- | --- | --- | --- |" + " --- | --- |" * (len(columns) - 1),
     ]
     for label in labels:
