@@ -42,10 +42,11 @@
 //! Here: the limits and the listener's HTTP servers (the head limit, the drain). Below:
 //! `connections` admits or refuses a connection, `protocol` tells HTTP/1.1 from HTTP/2,
 //! `first_bytes` closes a connection that stays silent, `body` counts and refuses request
-//! bodies.
+//! bodies, `drain` waits for the drain signal at no cost per poll.
 
 mod body;
 mod connections;
+mod drain;
 mod first_bytes;
 mod protocol;
 
@@ -118,17 +119,19 @@ impl Default for Limits {
 }
 
 /// Polls a hyper server connection to its end in place (the connections are `Unpin`: no copy
-/// of it is made), closing it gracefully once `drain` fires. A macro: the two connection types
-/// share no trait, and a function generic over them fails the compiler's `Send` proof of the
-/// task that runs it.
+/// of it is made), closing it gracefully once `drain` fires ([`drain::Drain`]: looked at again
+/// only once fired). A macro: the two connection types share no trait, and a function generic
+/// over them fails the compiler's `Send` proof of the task that runs it.
 macro_rules! until_drained {
     ($conn:expr, $drain:expr) => {{
         let mut conn = $conn;
         let drain = $drain;
         async move {
+            // Biased: the connection first, and no random draw at each poll.
             tokio::select! {
+                biased;
                 done = &mut conn => return done,
-                () = drain.cancelled() => std::pin::Pin::new(&mut conn).graceful_shutdown(),
+                () = drain::Drain::new(drain) => std::pin::Pin::new(&mut conn).graceful_shutdown(),
             }
             (&mut conn).await
         }

@@ -1,5 +1,6 @@
 use std::pin::Pin;
 use std::task::Poll;
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::Request;
@@ -239,4 +240,88 @@ async fn detection_ends_at_the_first_bytes_deadline_or_at_shutdown() {
     drain.cancel();
     let e = detecting.await.unwrap().unwrap_err();
     assert_eq!(e.kind(), std::io::ErrorKind::Interrupted);
+}
+
+/// A service that answers every request `200 ok`.
+fn ok_service() -> impl ClientService {
+    hyper::service::service_fn(|_: Request<Incoming>| async {
+        Ok::<_, Infallible>(Response::new(crate::plumbing::full("ok")))
+    })
+}
+
+/// How long a connection gets to end once drained: far more than it needs; a drain that is
+/// never seen leaves it open for good.
+const ENDS_WITHIN: Duration = Duration::from_secs(10);
+
+#[tokio::test]
+async fn a_drain_sends_goaway_to_an_idle_http2_client() {
+    let (client, server) = tokio::io::duplex(64 * 1024);
+    let drain = CancellationToken::new();
+    let serving = tokio::spawn({
+        let drain = drain.clone();
+        async move {
+            HttpServer::new(&Limits::default())
+                .http2(server, ok_service(), &drain)
+                .await
+        }
+    });
+    let (mut send, conn) = h2::client::handshake(client).await.unwrap();
+    let client_conn = tokio::spawn(conn);
+    let (answer, _) = send
+        .send_request(Request::get("http://mvproxy/api").body(()).unwrap(), true)
+        .unwrap();
+    assert_eq!(answer.await.unwrap().status(), http::StatusCode::OK);
+    // The connection is idle (the client keeps it, as kubelets do) when the drain comes.
+    drain.cancel();
+    // Ended, with an error or not: the client may close the connection on the first GOAWAY,
+    // before hyper's second (RFC 9113, section 6.8, the two-step shutdown) is written.
+    let served = tokio::time::timeout(ENDS_WITHIN, serving).await;
+    assert!(
+        matches!(served, Ok(Ok(_))),
+        "the server closed the connection: {served:?}"
+    );
+    // A GOAWAY ends the client's connection without an error; a connection just dropped would
+    // end it with one.
+    let ended = tokio::time::timeout(ENDS_WITHIN, client_conn).await;
+    assert!(
+        matches!(ended, Ok(Ok(Ok(())))),
+        "the client was told GOAWAY: {ended:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_drain_closes_an_idle_http1_keep_alive_connection() {
+    let (client, server) = tokio::io::duplex(64 * 1024);
+    let drain = CancellationToken::new();
+    let serving = tokio::spawn({
+        let drain = drain.clone();
+        async move {
+            HttpServer::new(&Limits::default())
+                .http1(server, ok_service(), &drain)
+                .await
+        }
+    });
+    let (mut send, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(client))
+            .await
+            .unwrap();
+    let client_conn = tokio::spawn(conn);
+    let req = Request::get("/api")
+        .header(http::header::HOST, "mvproxy")
+        .body(http_body_util::Empty::<Bytes>::new())
+        .unwrap();
+    let resp = send.send_request(req).await.unwrap();
+    assert_eq!(resp.status(), http::StatusCode::OK);
+    assert_eq!(resp.into_body().collect().await.unwrap().to_bytes(), "ok");
+    drain.cancel();
+    let served = tokio::time::timeout(ENDS_WITHIN, serving).await;
+    assert!(
+        matches!(served, Ok(Ok(Ok(())))),
+        "the server closed the connection: {served:?}"
+    );
+    let ended = tokio::time::timeout(ENDS_WITHIN, client_conn).await;
+    assert!(
+        matches!(ended, Ok(Ok(Ok(())))),
+        "the client saw the connection end: {ended:?}"
+    );
 }
