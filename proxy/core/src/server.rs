@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::header::{self, HeaderMap};
+use http::uri::PathAndQuery;
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
@@ -69,21 +70,14 @@ pub(crate) struct App {
     pub openapi: crate::openapi::OpenApi,
 }
 
-/// A client connection as its requests see it: who the client is, and where it connects from
-/// (the server span's `client.address`; `None` for a test's request without a socket).
-#[derive(Debug)]
+/// A client connection as its requests see it: the proxy's state, who the client is, and where
+/// it connects from (the server span's `client.address`; `None` for a test's request without a
+/// socket). One `Arc` of it per request: each count taken and dropped is a locked instruction
+/// (bench/PERF_NOTES.md, thirty-eighth round).
 pub(crate) struct ClientConn {
+    pub app: Arc<App>,
     pub identity: ClientIdentity,
     pub remote: Option<SocketAddr>,
-}
-
-impl From<ClientIdentity> for ClientConn {
-    fn from(identity: ClientIdentity) -> Self {
-        Self {
-            identity,
-            remote: None,
-        }
-    }
 }
 
 /// Handles one request from a client with `identity`: classify → look up and decide →
@@ -92,23 +86,21 @@ impl From<ClientIdentity> for ClientConn {
 ///
 /// Generic over the request body: the listener passes hyper's
 /// [`Incoming`](hyper::body::Incoming), a test any body.
-pub(crate) async fn handle<B>(
-    app: Arc<App>,
-    conn: Arc<ClientConn>,
-    mut req: Request<B>,
-) -> Response<Body>
+pub(crate) async fn handle<B>(conn: Arc<ClientConn>, mut req: Request<B>) -> Response<Body>
 where
     B: ClientBody,
     B::Error: Into<BoxError>,
 {
+    let app = &*conn.app;
     let start = Instant::now();
     let method = req.method().clone();
-    // For log lines after the request is gone: shares the request's bytes, no copy.
-    let uri = req.uri().clone();
-    let path = uri.path();
+    // For log lines after the request is gone: shares the request's bytes, no copy (and only
+    // the path's: each shared part cloned is a locked count taken and dropped).
+    let pq = req.uri().path_and_query().cloned();
+    let path = pq.as_ref().map_or("", PathAndQuery::path);
 
     // 1. classify
-    let info = classify(&method, path, uri.query());
+    let info = classify(&method, path, pq.as_ref().and_then(PathAndQuery::query));
     let arrival = spans::Arrival {
         version: req.version(),
         client: conn.remote,
@@ -129,7 +121,7 @@ where
     let route = decide(&info, &method, req.headers(), &snap, |n| {
         fastrand::usize(..n)
     });
-    record_lookup(&app, &span, &info, &route, lookup_start.elapsed());
+    record_lookup(app, &span, &info, &route, lookup_start.elapsed());
     spans::decided(&span, &route);
     if is_nopeer_discovery(&info, req.headers()) {
         app.metrics.discovery_nopeer_requests.inc();
@@ -141,7 +133,7 @@ where
         .skew_clients
         .observe(&snap, &info, &route, req.headers());
     // The peer that answered, or failed last: after a fail-over not the one first chosen.
-    let (result, peer) = respond(&app, &snap, &span, &info, &route, req).await;
+    let (result, peer) = respond(app, &snap, &span, &info, &route, req).await;
     let result = match (requester, result) {
         (Some(requester), Ok(resp)) => {
             let resp = app.skew_clients.watch_open(&requester, resp);
@@ -528,11 +520,10 @@ pub(crate) const SHUTDOWN_DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// One request on a client connection, answered by [`handle`].
 async fn answer(
-    app: Arc<App>,
     conn: Arc<ClientConn>,
     req: Request<Incoming>,
 ) -> Result<Response<Body>, Infallible> {
-    Ok(handle(app, conn, req).await)
+    Ok(handle(conn, req).await)
 }
 
 /// [`answer`]'s future in a box of its own, written in place. The future is 7 KB (the whole
@@ -545,18 +536,17 @@ async fn answer(
 /// `Box::write` into a fresh allocation lets the compiler build the future there: only its
 /// arguments are written.
 fn answer_boxed(
-    app: Arc<App>,
     conn: Arc<ClientConn>,
     req: Request<Incoming>,
 ) -> Pin<Box<impl Future<Output = Result<Response<Body>, Infallible>>>> {
-    Box::into_pin(Box::write(Box::new_uninit(), answer(app, conn, req)))
+    Box::into_pin(Box::write(Box::new_uninit(), answer(conn, req)))
 }
 
-/// A client connection's service: each request answered by [`handle`] with the connection's
-/// client identity, its future built in its box ([`answer_boxed`]).
-fn connection_service(app: Arc<App>, conn: ClientConn) -> impl limits::ClientService {
+/// A client connection's service: each request answered by [`handle`] with the connection, its
+/// future built in its box ([`answer_boxed`]).
+fn connection_service(conn: ClientConn) -> impl limits::ClientService {
     let conn = Arc::new(conn);
-    hyper::service::service_fn(move |req| answer_boxed(app.clone(), conn.clone(), req))
+    hyper::service::service_fn(move |req| answer_boxed(conn.clone(), req))
 }
 
 /// Serves the proxy on `listener` until `shutdown` is cancelled, then drains open connections.
@@ -606,6 +596,7 @@ pub(crate) async fn serve(
                 None => (Either::Right(stream), ClientIdentity::Anonymous),
             };
             let conn = ClientConn {
+                app,
                 identity,
                 remote: Some(remote),
             };
@@ -619,7 +610,7 @@ pub(crate) async fn serve(
             };
             let protocol = first.protocol;
             let io = limits::Detected::new(first, io);
-            let service = connection_service(app, conn);
+            let service = connection_service(conn);
             let result = match protocol {
                 Protocol::Http2 => {
                     coalesce::serve(io, |io| http.http2(io, service, &shutdown)).await

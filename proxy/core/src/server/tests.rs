@@ -13,12 +13,12 @@ const LEASES: (&str, &str, &str) = ("coordination.k8s.io", "v1", "leases");
 const WIDGETS: (&str, &str, &str) = ("example.com", "v1", "widgets");
 
 async fn send(h: &Harness, req: Request<Full<Bytes>>) -> (StatusCode, HeaderMap, String) {
-    let resp = handle(
-        h.app.clone(),
-        Arc::new(ClientIdentity::Anonymous.into()),
-        req,
-    )
-    .await;
+    let conn = ClientConn {
+        app: h.app.clone(),
+        identity: ClientIdentity::Anonymous,
+        remote: None,
+    };
+    let resp = handle(Arc::new(conn), req).await;
     let (parts, body) = resp.into_parts();
     let body = body.collect().await.expect("body").to_bytes();
     (

@@ -77,16 +77,17 @@ pub const MAX_INSPECTED_BYTES: usize = 1 << 20;
 /// for a watch the client name it was counted under).
 #[derive(Debug)]
 pub struct Requester {
-    agent: Option<HeaderValue>,
-    user: Option<HeaderValue>,
+    /// `User-Agent` and the user.
+    sender: requests::Sender,
     /// The `client` label of a watch, named once on arrival for `mvproxy_client_watches_open`.
     watcher: Option<Arc<str>>,
 }
 
 impl Requester {
     fn agent(&self) -> agent::Agent {
-        agent::parse(self.agent.as_ref().map_or(&[][..], HeaderValue::as_bytes))
-            .with_identity(self.user.as_ref().map(HeaderValue::as_bytes))
+        let (agent, user) = &self.sender;
+        agent::parse(agent.as_ref().map_or(&[][..], HeaderValue::as_bytes))
+            .with_identity(user.as_ref().map(HeaderValue::as_bytes))
     }
 }
 
@@ -156,11 +157,13 @@ impl SkewClients {
             return None;
         }
         let mut requester = Requester {
-            agent: headers.get(USER_AGENT).cloned(),
-            user: headers.get(&self.user_header).cloned(),
+            sender: (
+                headers.get(USER_AGENT).cloned(),
+                headers.get(&self.user_header).cloned(),
+            ),
             watcher: None,
         };
-        if let Some(agent) = &requester.agent
+        if let Some(agent) = &requester.sender.0
             && agent.as_bytes().starts_with(deletions::CONTROLLER_MANAGER)
             && deletions::is_leader_write(req.verb, &req.gvr.resource)
         {
@@ -173,16 +176,12 @@ impl SkewClients {
             verdict.availability().map(|a| (t, verdict, a))
         });
         let verb = client_requests::verb(req.verb);
-        let sender = (requester.agent.clone(), requester.user.clone());
-        let client = self.requests.count(
-            &sender,
+        requester.watcher = self.requests.count(
+            &requester.sender,
             verb,
             &self.metrics.client_requests.requests,
             || self.clients.name(&requester.agent()),
         );
-        if verb == client_requests::WATCH {
-            requester.watcher = Some(client);
-        }
         if side.is_none() && target.is_none() {
             return Some(requester);
         }

@@ -5,7 +5,9 @@
 //! family: about 4 500 instructions, 4 % of a request (`bench/PERF_NOTES.md`, thirteenth
 //! round). A client sends the same `User-Agent` (and is the same user) request after request,
 //! so once named, its counters are kept per pair of those header values: its next request
-//! costs a hash of their bytes, a read lock and an atomic add. The cache holds at most
+//! costs a hash of their bytes, a read lock and an atomic add (nothing is cloned: each
+//! reference count taken and dropped would be two locked instructions more, bench/PERF_NOTES.md,
+//! thirty-eighth round). The cache holds at most
 //! [`MAX_CACHED`] pairs; requests of pairs past it take the slow path, and are counted all the
 //! same.
 
@@ -13,7 +15,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, OnceLock, PoisonError, RwLock};
 
 use http::HeaderValue;
-use mvproxy_telemetry::metrics::client_requests::{ClientRequestLabels, VERBS};
+use mvproxy_telemetry::metrics::client_requests::{ClientRequestLabels, VERBS, WATCH};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 
@@ -31,6 +33,30 @@ struct Named {
     counters: [OnceLock<Counter>; VERBS.len()],
 }
 
+impl Named {
+    fn count(
+        &self,
+        verb: &'static str,
+        family: &Family<ClientRequestLabels, Counter>,
+    ) -> Option<Arc<str>> {
+        let i = VERBS
+            .iter()
+            .position(|v| *v == verb)
+            .unwrap_or(VERBS.len() - 1);
+        self.counters[i]
+            .get_or_init(|| {
+                family
+                    .get_or_create(&ClientRequestLabels {
+                        client: self.client.to_string(),
+                        verb: VERBS[i],
+                    })
+                    .clone()
+            })
+            .inc();
+        (verb == WATCH).then(|| self.client.clone())
+    }
+}
+
 /// The counters of named senders.
 #[derive(Debug, Default)]
 pub(super) struct RequestCounters {
@@ -39,47 +65,35 @@ pub(super) struct RequestCounters {
 
 impl RequestCounters {
     /// Counts one request of `verb` (one of [`VERBS`]) from `sender` in `family`, naming the
-    /// client with `name` the first time; returns the client's name.
+    /// client with `name` the first time; returns the client's name for a watch (the label of
+    /// its `mvproxy_client_watches_open`).
     pub(super) fn count(
         &self,
         sender: &Sender,
         verb: &'static str,
         family: &Family<ClientRequestLabels, Counter>,
         name: impl FnOnce() -> Arc<str>,
-    ) -> Arc<str> {
-        let cached = self
+    ) -> Option<Arc<str>> {
+        // Counted under the read lock: the sender's entry is not cloned out of it.
+        if let Some(named) = self
             .named
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .get(sender)
-            .cloned();
-        let named = cached.unwrap_or_else(|| {
-            let named = Arc::new(Named {
-                client: name(),
-                counters: Default::default(),
-            });
-            let mut map = self.named.write().unwrap_or_else(PoisonError::into_inner);
-            if map.len() < MAX_CACHED {
-                map.entry(sender.clone()).or_insert(named).clone()
-            } else {
-                named
-            }
+        {
+            return named.count(verb, family);
+        }
+        let named = Arc::new(Named {
+            client: name(),
+            counters: Default::default(),
         });
-        let i = VERBS
-            .iter()
-            .position(|v| *v == verb)
-            .unwrap_or(VERBS.len() - 1);
-        named.counters[i]
-            .get_or_init(|| {
-                family
-                    .get_or_create(&ClientRequestLabels {
-                        client: named.client.to_string(),
-                        verb: VERBS[i],
-                    })
-                    .clone()
-            })
-            .inc();
-        named.client.clone()
+        let mut map = self.named.write().unwrap_or_else(PoisonError::into_inner);
+        let named = if map.len() < MAX_CACHED {
+            map.entry(sender.clone()).or_insert(named)
+        } else {
+            &named
+        };
+        named.count(verb, family)
     }
 
     /// Pairs cached.
@@ -105,12 +119,13 @@ mod tests {
         let family = Family::<ClientRequestLabels, Counter>::default();
         let counters = RequestCounters::default();
         let mut named = 0;
-        for verb in ["get", "get", "list", "update"] {
+        for verb in ["get", "get", "list", "update", "watch"] {
             let client = counters.count(&sender("kubelet/v1.36.3"), verb, &family, || {
                 named += 1;
                 Arc::from("kubelet")
             });
-            assert_eq!(&*client, "kubelet");
+            // Only a watch's name is wanted (its gauge's label).
+            assert_eq!(client.as_deref(), (verb == "watch").then_some("kubelet"));
         }
         assert_eq!(named, 1);
         let value = |verb: &'static str| {
@@ -121,7 +136,10 @@ mod tests {
                 })
                 .get()
         };
-        assert_eq!((value("get"), value("list"), value("update")), (2, 1, 1));
+        assert_eq!(
+            (value("get"), value("list"), value("update"), value("watch")),
+            (2, 1, 1, 1)
+        );
         // the same agent as another user is another sender, named again
         let other = (
             Some(HeaderValue::from_static("kubelet/v1.36.3")),
