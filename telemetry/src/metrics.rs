@@ -675,8 +675,10 @@ impl Metrics {
             &self.handles.requests,
             key(route, reason, method, code),
             || self.requests.get_or_create(&labels()).clone(),
-        )
-        .inc();
+            |requests| {
+                requests.inc();
+            },
+        );
     }
 
     /// Observes a request's duration in `mvproxy_request_duration_seconds`, with the sampled
@@ -698,10 +700,12 @@ impl Metrics {
                 .observe(seconds, exemplar, None);
             return;
         }
-        cached(&self.handles.durations, key(route, "", "", 0), || {
-            self.request_duration.get_or_create(&labels()).clone()
-        })
-        .observe(seconds, exemplar, None);
+        cached(
+            &self.handles.durations,
+            key(route, "", "", 0),
+            || self.request_duration.get_or_create(&labels()).clone(),
+            |duration| duration.observe(seconds, exemplar, None),
+        );
     }
 
     /// Counts a routing-index lookup (`hit` or not) and observes how long it took.
