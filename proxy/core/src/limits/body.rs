@@ -62,10 +62,18 @@ pub struct LimitedBody<B = Incoming> {
     /// Bytes still allowed.
     remaining: u64,
     limit: u64,
-    failed: Arc<OnceLock<BodyFailure>>,
+    seen: Arc<Seen>,
+}
+
+/// What the body saw, for the [`BodyLimit`] that explains the request's failure. One `Arc` per
+/// request (each count taken and dropped is a locked instruction, bench/PERF_NOTES.md,
+/// thirty-eighth round).
+#[derive(Debug, Default)]
+struct Seen {
+    failed: OnceLock<BodyFailure>,
     /// The last read of the client's body found nothing yet: the body is waiting on the
     /// client, not on the upstream (which reads it only as fast as it takes it).
-    waiting_on_client: Arc<AtomicBool>,
+    waiting_on_client: AtomicBool,
 }
 
 /// How a client's request body failed.
@@ -109,14 +117,15 @@ where
             return Poll::Ready(Some(Err(Box::new(BodyTooLarge { limit: this.limit }))));
         };
         let polled = Pin::new(inner).poll_frame(cx);
-        this.waiting_on_client
+        this.seen
+            .waiting_on_client
             .store(polled.is_pending(), Ordering::Relaxed);
         match polled {
             Poll::Ready(Some(Ok(frame))) => {
                 if let Some(data) = frame.data_ref() {
                     let len = data.len() as u64;
                     if len > this.remaining {
-                        let _ = this.failed.set(BodyFailure::TooLarge);
+                        let _ = this.seen.failed.set(BodyFailure::TooLarge);
                         if let Some(rest) = this.inner.take() {
                             drain(rest, this.version);
                         }
@@ -131,7 +140,7 @@ where
             Poll::Ready(Some(Err(e))) => {
                 let e: crate::plumbing::BoxError = e.into();
                 let cause = crate::plumbing::causes(&*e);
-                let _ = this.failed.set(BodyFailure::Read(cause.clone()));
+                let _ = this.seen.failed.set(BodyFailure::Read(cause.clone()));
                 Poll::Ready(Some(Err(Box::new(ClientBodyFailed { cause }))))
             }
             Poll::Ready(None) => Poll::Ready(None),
@@ -154,8 +163,7 @@ where
 #[derive(Debug)]
 pub struct BodyLimit {
     limit: u64,
-    failed: Arc<OnceLock<BodyFailure>>,
-    waiting_on_client: Arc<AtomicBool>,
+    seen: Arc<Seen>,
 }
 
 impl BodyLimit {
@@ -169,8 +177,8 @@ impl BodyLimit {
     /// upstream's `504`.
     pub fn explain<T>(&self, result: Result<T, ProxyError>) -> Result<T, ProxyError> {
         if let Err(ProxyError::Timeout { seconds, .. }) = &result
-            && self.failed.get().is_none()
-            && self.waiting_on_client.load(Ordering::Relaxed)
+            && self.seen.failed.get().is_none()
+            && self.seen.waiting_on_client.load(Ordering::Relaxed)
         {
             return Err(ProxyError::ClientBody {
                 cause: format!(
@@ -178,7 +186,7 @@ impl BodyLimit {
                 ),
             });
         }
-        match (result, self.failed.get()) {
+        match (result, self.seen.failed.get()) {
             (Err(_), Some(BodyFailure::TooLarge)) => {
                 Err(ProxyError::BodyTooLarge { limit: self.limit })
             }
@@ -214,22 +222,13 @@ where
         drain(req.into_body(), version);
         return Err(ProxyError::BodyTooLarge { limit });
     }
-    let failed = Arc::new(OnceLock::new());
-    let waiting_on_client = Arc::new(AtomicBool::new(false));
+    let seen = Arc::new(Seen::default());
     let req = req.map(|inner| LimitedBody {
         inner: Some(inner),
         version,
         remaining: limit,
         limit,
-        failed: failed.clone(),
-        waiting_on_client: waiting_on_client.clone(),
+        seen: seen.clone(),
     });
-    Ok((
-        req,
-        BodyLimit {
-            limit,
-            failed,
-            waiting_on_client,
-        },
-    ))
+    Ok((req, BodyLimit { limit, seen }))
 }
