@@ -249,6 +249,22 @@ fn ok_service() -> impl ClientService {
     })
 }
 
+/// `server` served over `protocol` by the listener's servers until `drain`, on a task of its own.
+fn served(
+    server: tokio::io::DuplexStream,
+    protocol: Protocol,
+    drain: &CancellationToken,
+) -> tokio::task::JoinHandle<hyper::Result<()>> {
+    let drain = drain.clone();
+    tokio::spawn(async move {
+        let http = HttpServer::new(&Limits::default());
+        match protocol {
+            Protocol::Http2 => http.http2(server, ok_service(), &drain).await,
+            Protocol::Http1 => http.http1(server, ok_service(), &drain).await,
+        }
+    })
+}
+
 /// How long a connection gets to end once drained: far more than it needs; a drain that is
 /// never seen leaves it open for good.
 const ENDS_WITHIN: Duration = Duration::from_secs(10);
@@ -257,14 +273,7 @@ const ENDS_WITHIN: Duration = Duration::from_secs(10);
 async fn a_drain_sends_goaway_to_an_idle_http2_client() {
     let (client, server) = tokio::io::duplex(64 * 1024);
     let drain = CancellationToken::new();
-    let serving = tokio::spawn({
-        let drain = drain.clone();
-        async move {
-            HttpServer::new(&Limits::default())
-                .http2(server, ok_service(), &drain)
-                .await
-        }
-    });
+    let serving = served(server, Protocol::Http2, &drain);
     let (mut send, conn) = h2::client::handshake(client).await.unwrap();
     let client_conn = tokio::spawn(conn);
     let (answer, _) = send
@@ -293,14 +302,7 @@ async fn a_drain_sends_goaway_to_an_idle_http2_client() {
 async fn a_drain_closes_an_idle_http1_keep_alive_connection() {
     let (client, server) = tokio::io::duplex(64 * 1024);
     let drain = CancellationToken::new();
-    let serving = tokio::spawn({
-        let drain = drain.clone();
-        async move {
-            HttpServer::new(&Limits::default())
-                .http1(server, ok_service(), &drain)
-                .await
-        }
-    });
+    let serving = served(server, Protocol::Http1, &drain);
     let (mut send, conn) =
         hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(client))
             .await
