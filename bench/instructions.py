@@ -27,26 +27,26 @@ there, for `callgrind_annotate --inclusive=yes DIR/FILE` to say where the instru
 
 CACHE_SIM=1 turns on callgrind's cache and branch simulation (`--cache-sim=yes
 --branch-sim=yes`, slower again) and adds, per request: first-level misses of instructions
-(I1mr) and of data (D1mr + D1mw), last-level misses (ILmr + DLmr + DLmw), mispredicted
-branches (Bcm + Bim), and the estimated cycles of Itamar Turner-Trauring's formula that iai and
+(I1mr) and of data (D1mr + D1mw), last-level misses (ILmr + DLmr + DLmw), mispredicted branches
+(Bcm + Bim), and the estimated cycles of Itamar Turner-Trauring's formula that iai and
 iai-callgrind use (https://pythonspeed.com/articles/consistent-benchmarking-in-ci/): L1 hits + 5
-LL hits + 35 RAM accesses, branches not counted (valgrind's manual puts a misprediction at 10 to 30 cycles,
-https://valgrind.org/docs/manual/cg-manual.html). This is what hardware counters would say on
-a VM that exposes none, as a model: one process alone on caches the size of this machine's
-(valgrind reads them from cpuid), not the caches the upstream shares on the bench's core. It
-ranks footprints and branchiness; it does not predict time. Instruction misses depend on what
-runs back to back: under callgrind every proxy is slow enough that CONNECTIONS requests wait at
-each turn, so a proxy that runs one stage for all of them in a row misses less than one that
-takes each request through every stage in turn.
+LL hits + 35 RAM accesses, branches not counted (valgrind's manual puts a misprediction at 10 to
+30 cycles, https://valgrind.org/docs/manual/cg-manual.html). This is what hardware counters
+would say on a VM that exposes none, as a model: one process alone on caches the size of this
+machine's (valgrind reads them from cpuid), not the caches the upstream shares on the bench's
+core. It ranks footprints and branchiness; it does not predict time. Instruction misses depend
+on what runs back to back: under callgrind every proxy is slow enough that CONNECTIONS requests
+wait at each turn, so a proxy that runs one stage for all of them in a row misses less than one
+that takes each request through every stage in turn.
 
 ATOMICS=1 counts, per request, the locked read-modify-writes the proxy ran: the x86 instructions
 with a `lock` prefix and `xchg` with a memory operand (locked without one), which Arc's counts,
 mutexes, tokio's task states and wakers and atomic counters compile to. Callgrind weighs each as
-one instruction; on the CPU each is a full memory barrier of about twenty cycles, uncontended
-(Intel's optimization manual; bench/PERF_NOTES.md, thirty-eighth round, measured this machine's),
-so a proxy can run fewer instructions than another and still spend more time. Callgrind writes
-each instruction's count (`--dump-instr=yes`) and objdump says which instructions are locked, in
-the proxy's binary and in every library it ran.
+one instruction; on the CPU each is a full memory barrier, uncontended about 7 ns (18 cycles)
+more than a plain add on this machine's (bench/PERF_NOTES.md, thirty-eighth round), so a proxy
+can run fewer instructions than another and still spend more time. Callgrind writes each
+instruction's count (`--dump-instr=yes`) and objdump says which instructions are locked, in the
+proxy's binary and in every library it ran.
 """
 
 import functools

@@ -52,7 +52,7 @@ pub(super) fn key(
 /// A cached handle is used under the read lock, not cloned out of it: a handle is an `Arc`, and
 /// each count taken and dropped is two locked instructions more per request
 /// (bench/PERF_NOTES.md, thirty-eighth round).
-pub(super) fn cached<M: Clone>(
+pub(super) fn cached<M>(
     cache: &RwLock<HashMap<HandleKey, M, FixedState>>,
     key: HandleKey,
     resolve: impl FnOnce() -> M,
