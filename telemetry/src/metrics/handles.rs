@@ -52,12 +52,12 @@ pub(super) fn key(
 /// A cached handle is used under the read lock, not cloned out of it: a handle is an `Arc`, and
 /// each count taken and dropped is two locked instructions more per request
 /// (bench/PERF_NOTES.md, thirty-eighth round).
-pub(super) fn cached<M>(
+pub(super) fn cached<M, R>(
     cache: &RwLock<HashMap<HandleKey, M, FixedState>>,
     key: HandleKey,
     resolve: impl FnOnce() -> M,
-    record: impl FnOnce(&M),
-) {
+    record: impl FnOnce(&M) -> R,
+) -> R {
     let read = cache.read().unwrap_or_else(PoisonError::into_inner);
     if let Some(m) = read.get(&key) {
         return record(m);
@@ -65,11 +65,12 @@ pub(super) fn cached<M>(
     let full = read.len() >= HANDLE_CACHE_MAX;
     drop(read);
     let m = resolve();
-    record(&m);
+    let recorded = record(&m);
     if !full {
         cache
             .write()
             .unwrap_or_else(PoisonError::into_inner)
             .insert(key, m);
     }
+    recorded
 }
