@@ -122,10 +122,42 @@ class Proc:
             return ""
 
 
+def _ephemeral_low():
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+# Ports handed out by free_port, never given twice: a component may bind its port late.
+_GIVEN = set()
+
+
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port nobody listens on, from below the kernel's ephemeral range.
+
+    A port `bind(0)` returns is in the ephemeral range, where any process's next outgoing
+    connection can take it before the component it was meant for binds it: the collector's
+    exporters connect before its OTLP receiver listens, and once took the receiver's port
+    ("bind: address already in use"). Below the range a port is only taken by a listener
+    that asks for it by number; the control plane's fixed ports (6443, 23790-23792) lie
+    below the 4096 ports searched here.
+    """
+    low = _ephemeral_low()
+    candidates = list(range(max(1024, low - 4096), low))
+    random.shuffle(candidates)
+    for port in candidates:
+        if port in _GIVEN:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _GIVEN.add(port)
+        return port
+    raise Failed(f"no free loopback port below {low}")
 
 
 def http(url, headers=None, timeout=10, data=None, method=None):

@@ -37,7 +37,6 @@
 //! good and a pool that noticed the close only at its next periodic check held one for up to
 //! 30 s.
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::sync::{Arc, Mutex};
@@ -52,7 +51,7 @@ mod relay;
 mod resources;
 
 use load::{Kind, Stats, load};
-use nodes::{Node, Rotation, free_addr, new_client};
+use nodes::{Node, Rotation, free_addrs, new_client};
 use relay::relay;
 use resources::{CloseWait, Sample, median, usage};
 
@@ -123,7 +122,7 @@ async fn run(args: Args) -> i32 {
         ("apiserver-2", APIS_131),
         ("apiserver-3", APIS_134),
     ];
-    let listens: Vec<SocketAddr> = (0..3).map(|_| free_addr()).collect();
+    let listens = free_addrs(3);
     // mvproxy-1 reaches apiserver-2's proxy through the relay that stalls
     let (relay_addr, stall) = relay(listens[1]).await;
     let mut nodes: Vec<Node> = Vec::new();

@@ -57,13 +57,35 @@ pub(crate) struct Node {
     pub(crate) rotation: Arc<Rotation>,
 }
 
-/// A loopback port that was free a moment ago, for the proxies' listeners only: each names
-/// the others as peers before any starts, and a restarted proxy comes back on its address.
-/// (Another process could take the port in between; the soak then fails at start, loudly.)
-pub(crate) fn free_addr() -> SocketAddr {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free loopback port")
+/// `n` loopback ports free a moment ago, for the proxies' listeners only: each names the
+/// others as peers before any starts, and a restarted proxy comes back on its address.
+///
+/// They come from below the kernel's ephemeral range (`net.ipv4.ip_local_port_range`): a port
+/// `bind(0)` returns lies inside it, where any outgoing connection (the proxies connect to one
+/// another all the time) may take it while its proxy is down for a restart. Below the range
+/// only a listener asking for the port by number can take it.
+pub(crate) fn free_addrs(n: usize) -> Vec<SocketAddr> {
+    let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768);
+    let first = low.saturating_sub(4096).max(1024);
+    let span = low.saturating_sub(first);
+    assert!(
+        span > 0,
+        "no loopback port below the ephemeral range ({low}-)"
+    );
+    let offset = fastrand::u16(0..span);
+    // Each listener is held until all are found, so no port is returned twice.
+    let held: Vec<std::net::TcpListener> = (0..span)
+        .map(|k| first + (offset + k) % span)
+        .filter_map(|port| std::net::TcpListener::bind(("127.0.0.1", port)).ok())
+        .take(n)
+        .collect();
+    assert_eq!(held.len(), n, "{n} free loopback ports below {low}");
+    held.iter()
+        .map(|l| l.local_addr().expect("a bound listener's address"))
+        .collect()
 }
 
 /// The admin address in `mvproxy serve`'s JSON startup line (`"message":"mvproxy started"`).
