@@ -279,11 +279,28 @@ fn a_connection_the_collector_closed_while_idle_is_replaced() {
     assert_eq!(counts(&exporter), [2, 0, 0, 0]);
 }
 
-/// An address on loopback nothing listens on (yet).
+/// A loopback address nothing listens on, for a collector that is away (and, in one test, comes
+/// back on it). From below the kernel's ephemeral range (`net.ipv4.ip_local_port_range`): a port
+/// `bind(0)` returns lies inside it, where the exporter's own outgoing connections could be
+/// given it (or connect to themselves on it) while the test waits for them to fail.
 fn free_addr() -> SocketAddr {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768);
+    let first = low.saturating_sub(4096).max(1024);
+    let span = usize::from(low.saturating_sub(first));
+    assert!(
+        span > 0,
+        "no loopback port below the ephemeral range ({low}-)"
+    );
+    // Tests run in parallel, and other test binaries beside them: each call starts elsewhere.
+    let start = std::process::id() as usize + 97 * NEXT.fetch_add(1, Ordering::Relaxed);
+    (0..span)
+        .map(|k| first + u16::try_from((start + k) % span).unwrap())
+        .find(|&port| TcpListener::bind(("127.0.0.1", port)).is_ok())
+        .map(|port| SocketAddr::from(([127, 0, 0, 1], port)))
         .unwrap()
 }
 
