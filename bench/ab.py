@@ -78,6 +78,8 @@ def main():
             port, admin = 18200 + i, 18300 + i
             binary, _, ratio = arg.partition("@")
             env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+            if os.environ.get("PERF") and os.environ["PERF"] in arg:
+                env["MVPROXY_HUGE_TEXT"] = "0"  # perf finds symbols through the file's code
             tls = ["--tls-cert-file", cert, "--tls-key-file", key] if ratio == "tls" else []
             if ratio and not tls:
                 env["OTEL_EXPORTER_OTLP_ENDPOINT"] = f"http://127.0.0.1:{lt.SINK}"

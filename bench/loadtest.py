@@ -428,6 +428,8 @@ def main():
             for k in list(env):
                 if k.startswith("OTEL_"):
                     del env[k]
+            if name == args.profile:
+                env["MVPROXY_HUGE_TEXT"] = "0"  # perf finds symbols through the file's code
             if name in ("mvproxy-10", "mvproxy-100"):
                 env["OTEL_EXPORTER_OTLP_ENDPOINT"] = f"http://127.0.0.1:{SINK}"
                 env["OTEL_TRACES_SAMPLER"] = "traceidratio"

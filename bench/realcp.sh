@@ -46,6 +46,8 @@ cp_start_etcd
 cp_start_apiserver apiserver "1.36.3" "$ip" defaults
 cp_wait_ready apiserver "$ip"
 cp_mvproxy_pki_args
+# perf finds symbols through the file's code, which mvproxy otherwise moves onto huge pages
+if [ "${PROFILE:-0}" = 1 ]; then export MVPROXY_HUGE_TEXT=0; fi
 "$mvproxy_bin" serve --server-id apiserver --listen "$ip:7443" --admin-listen "$ip:7543" \
   --local "https://$ip:$CP_PORT" "${CP_MVPROXY_PKI_ARGS[@]}" >"$CP_DIR/logs/mvproxy.log" 2>&1 &
 _cp_record mvproxy $!

@@ -170,11 +170,15 @@ fn invalid_configuration_exits_2_with_one_line_naming_the_field() {
 }
 
 #[test]
-fn a_bad_worker_thread_count_exits_2_naming_the_variable() {
+fn a_bad_runtime_variable_exits_2_naming_it() {
     // held: were the value not checked before the bind, mvproxy would exit 1 on it, not hang
     let held = std::net::TcpListener::bind("127.0.0.1:0").expect("bind loopback");
     let listen = held.local_addr().expect("local addr").to_string();
-    for bad in ["0", "two"] {
+    for (variable, bad) in [
+        ("TOKIO_WORKER_THREADS", "0"),
+        ("TOKIO_WORKER_THREADS", "two"),
+        ("MVPROXY_HUGE_TEXT", "yes"),
+    ] {
         let out = Command::new(mvproxy_bin())
             .args([
                 "serve",
@@ -183,16 +187,74 @@ fn a_bad_worker_thread_count_exits_2_naming_the_variable() {
                 "--listen",
                 &listen,
             ])
-            .env("TOKIO_WORKER_THREADS", bad)
+            .env(variable, bad)
             .output()
             .expect("run mvproxy");
         let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{bad:?}: {err}");
+        assert_eq!(out.status.code(), Some(2), "{variable}={bad:?}: {err}");
         assert_eq!(err.lines().count(), 1, "one line: {err}");
         assert!(
-            err.contains("invalid configuration: TOKIO_WORKER_THREADS:"),
-            "{bad:?}: {err}"
+            err.contains(&format!("invalid configuration: {variable}:")),
+            "{variable}={bad:?}: {err}"
         );
+    }
+}
+
+/// The executable mappings of process `pid` that no file backs, with their `AnonHugePages` (kB).
+fn anonymous_code(pid: u32) -> Vec<(String, u64)> {
+    let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps")).expect("read smaps");
+    let mut found = Vec::new();
+    let mut current: Option<String> = None;
+    for line in smaps.lines() {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        if fields
+            .first()
+            .is_some_and(|f| f.contains('-') && !f.ends_with(':'))
+        {
+            // `lo-hi perms offset dev inode [path]`: code with no path is anonymous
+            current =
+                (fields.get(1) == Some(&"r-xp") && fields.len() == 5).then(|| fields[0].to_owned());
+        } else if let (Some(range), ["AnonHugePages:", kb, ..]) = (&current, fields.as_slice()) {
+            found.push((range.clone(), kb.parse().expect("kB")));
+        }
+    }
+    found
+}
+
+/// `MVPROXY_HUGE_TEXT`: by default the proxy's code sits on huge pages where the kernel offers
+/// them (an anonymous executable mapping backed by `AnonHugePages`), and proxies as ever; with
+/// `0` the code stays the file's. Where the kernel has transparent huge pages off, nothing moves.
+#[tokio::test]
+async fn the_code_moves_onto_huge_pages_unless_turned_off() {
+    let thp =
+        std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").unwrap_or_default();
+    let offered = thp.contains("[always]") || thp.contains("[madvise]");
+    let a = standin("apiserver-a", &apis_134()).await;
+    for (value, moved) in [(None, offered), (Some("0"), false)] {
+        let env: Vec<(&str, &str)> = value
+            .map(|v| ("MVPROXY_HUGE_TEXT", v))
+            .into_iter()
+            .collect();
+        let p = Proxy::start_with_env(&proxy_args("apiserver-a", &a.url(), &[]), &env).await;
+        p.ready().await;
+        let r = get(&format!("{}/api/v1/namespaces/default/pods", p.url()), &[])
+            .await
+            .expect("proxied");
+        assert_eq!(r.status, http::StatusCode::OK, "{value:?}: proxied as ever");
+        let code = anonymous_code(p.pid());
+        if moved {
+            assert!(
+                code.iter().any(|(_, kb)| *kb >= 2048),
+                "{value:?}: code on huge pages, found {code:?}"
+            );
+        } else {
+            assert!(
+                code.is_empty(),
+                "{value:?} (THP {thp:?}): nothing moved, found {code:?}"
+            );
+        }
+        let status = p.terminate().await;
+        assert!(status.success(), "{value:?}: {status:?}");
     }
 }
 

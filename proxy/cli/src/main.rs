@@ -8,6 +8,8 @@ use mvproxy_core::target::report::ReadinessArgs;
 use mvproxy_demo::DemoArgs;
 use mvproxy_telemetry::trace::Tracer;
 
+mod text_pages;
+
 /// jemalloc rather than glibc's `malloc`: 7-10 % less CPU per request on both client protocols,
 /// and less memory per open watch (bench/PERF_NOTES.md, twenty-second and twenty-third rounds).
 #[global_allocator]
@@ -133,6 +135,12 @@ fn run<F: Future<Output = ExitCode>>(
     if let Some(filter) = default_log_filter {
         telemetry.default_log_filter = filter.to_owned();
     }
+    // Before the runtime starts its threads (text_pages::move_text's contract).
+    let text = match text_pages::wanted(std::env::var(text_pages::VARIABLE).ok().as_deref()) {
+        Ok(true) => text_pages::move_text(),
+        Ok(false) => text_pages::Outcome::Skipped("turned off"),
+        Err(e) => return config_error(&e),
+    };
     let parallelism = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
     let flavor = match runtime_flavor(std::env::var(WORKER_THREADS).ok().as_deref(), parallelism) {
         Ok(f) => f,
@@ -162,7 +170,7 @@ fn run<F: Future<Output = ExitCode>>(
                 return ExitCode::from(EXIT_CONFIG as u8);
             }
         };
-        tracing::debug!(runtime = ?flavor, parallelism, "runtime started");
+        tracing::debug!(runtime = ?flavor, parallelism, code_on_huge_pages = ?text, "runtime started");
         let code = work(telemetry.tracer()).await;
         // Last, so spans of the drained requests are flushed. Flushing blocks until the export
         // thread has sent them (up to `OTEL_BSP_EXPORT_TIMEOUT`), so it runs on a blocking-pool
