@@ -4,9 +4,9 @@
 //! starts on cold caches and a cold TLB: with the code on 4 KiB pages, the first request's pass
 //! over it misses the instruction TLB once per page it touches, and on a virtual machine each miss
 //! walks two levels of page tables. On 2 MiB pages a few entries cover all of it. Measured beside
-//! the same binary without it (`bench/PERF_NOTES.md`, forty-first round): bursts of 16 answered
-//! 54-163 µs sooner at the median, every answer of a burst sooner, and less CPU per request in
-//! bursts; about 2 MB more resident memory.
+//! the same binary without it (`bench/PERF_NOTES.md`, forty-first round): at 500 requests a second
+//! in bursts of 16, every answer of a burst 50-189 µs sooner and less CPU per request; at 2000,
+//! 27-59 µs sooner in one run and no difference in another; about 1.5-2 MB more resident memory.
 //!
 //! How: the kernel maps the file's code with 4 KiB page-cache pages here (a file's text on huge
 //! pages needs `CONFIG_READ_ONLY_THP_FOR_FS` and the segment's address and file offset congruent
