@@ -50,7 +50,8 @@ pub fn wanted(value: Option<&str>) -> Result<bool, ConfigError> {
 /// What `move_text` did, for the log once logging has started.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Outcome {
-    /// This many bytes of code now sit on huge pages.
+    /// This many bytes of code moved into memory advised for huge pages (whether the kernel found
+    /// free ones for all of it, `AnonHugePages` in `/proc/PID/smaps` says).
     Moved(usize),
     /// Left as loaded, and why.
     Skipped(&'static str),
@@ -109,6 +110,12 @@ fn huge_stretch(lo: usize, hi: usize) -> Option<(usize, usize)> {
     (end > start).then(|| (start, end - start))
 }
 
+/// Copies `[start, start + len)` onto huge pages and moves the copy over it.
+///
+/// # Safety
+///
+/// `[start, start + len)` must lie inside a readable and executable mapping, both ends aligned to
+/// `HUGE_PAGE`, and no other thread may run meanwhile.
 unsafe fn move_onto_huge_pages(start: usize, len: usize) -> Outcome {
     // One huge page more than needed, so that an aligned stretch of `len` lies inside.
     let reserved = len + HUGE_PAGE;
