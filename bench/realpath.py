@@ -40,11 +40,15 @@ measured with each client protocol:
   per-request latencies (h2load's log, oha's `--db-url` table) minus the upstream's own (the
   upstream measured straight, over the same client protocol, in the same repeat), with the
   requests arriving in two ways:
-  - **spread**: the connections open one per millisecond (`-r 1 --rate-period 1ms`), so their
-    timers are out of step and requests arrive one or two at a time, a millisecond apart: a
-    fixed rate as a server sees many independent clients. One stream per HTTP/2 connection:
-    h2load's rate timer sends as many requests as the connection has free streams, so with 4
-    streams most requests left in fours, 8 ms apart (bench/PERF_NOTES.md, twentieth round);
+  - **spread**: the connections open one at a time, 1000/RATE ms apart (`-r 1 --rate-period`,
+    whole milliseconds), so their timers are out of step and requests arrive one or two at a
+    time, evenly through the second: a fixed rate as a server sees many independent clients.
+    One stream per HTTP/2 connection: h2load's rate timer sends as many requests as the
+    connection has free streams, so with 4 streams most requests left in fours, 8 ms apart
+    (bench/PERF_NOTES.md, twentieth round). And at most 100 req/s per connection (at least
+    RATE/100 connections): that timer fires no more often than every 10 ms, so with 4 HTTP/2
+    connections the requests left in groups on a 10 ms grid, 4 over 3 ms at 500 req/s and 20
+    over 4 ms at 2000, until the forty-second round;
   - **in bursts**: 16 requests sent together (oha `--burst-rate 16`; 16 HTTP/1.1 connections,
     or 4 HTTP/2 connections of 4 streams), a burst every 16/RATE s, as when clients are woken by
     the same event. A request's wait is then mostly the requests served before it in its burst,
@@ -87,6 +91,7 @@ static shipped one).
 
 import collections
 import json
+import math
 import os
 import re
 import shutil
@@ -249,6 +254,22 @@ def closed(port, proto, duration, connections, streams):
     return h2load(port, proto, ["-D", duration, "-c", str(connections), "-m", str(streams if proto == "h2" else 1)])
 
 
+# h2load's rate timer fires at most every 10 ms on each connection (nghttp2, src/h2load.cc, on
+# connect: `rps_watcher.repeat = std::max(0.01, 1. / config.rps)`), and then sends every request
+# that came due, one after another on the connection's one stream.
+H2LOAD_TIMER_FLOOR_S = 0.01
+
+
+def spread_shape(proto, rate):
+    """`spread`'s connections and the whole milliseconds between their openings: enough
+    connections that each one's timer fires at its own interval, opened so that their timers
+    tick evenly through it (one request every 1000/rate ms; pairs a millisecond apart above 1000
+    req/s, as `--rate-period` takes whole milliseconds), all of them within the WARMUP_US that
+    `settled` leaves out."""
+    clients = max(shape(proto)[0], math.ceil(rate * H2LOAD_TIMER_FLOOR_S))
+    return clients, max(1, min(round(1000 / rate), WARMUP_US // 1000 // clients))
+
+
 def shape(proto):
     """The open-loop client: (connections, streams on each), 16 requests in flight at most, as
     BURST. `spread` uses its connections with one stream each."""
@@ -287,9 +308,9 @@ def logged_requests(path):
 
 
 def spread(port, proto, duration, rate, work, keep_as=None):
-    """`rate` req/s from the connections of `shape`, their timers a millisecond apart: the
+    """`rate` req/s from the connections of `spread_shape`, their timers out of step: the
     requests served, and the latency of each in µs (from h2load's per-request log)."""
-    clients, _ = shape(proto)
+    clients, period_ms = spread_shape(proto, rate)
     log = os.path.join(work, "latency.tsv")
     # h2load appends to its log file.
     if os.path.exists(log):
@@ -297,7 +318,7 @@ def spread(port, proto, duration, rate, work, keep_as=None):
     # -r and -D are exclusive in h2load: the run length as a count.
     count = round(rate * seconds(duration))
     args = ["-c", str(clients), "-m", "1", f"--rps={rate / clients:g}",
-            "-r", "1", "--rate-period", "1ms", "-n", str(count)]
+            "-r", "1", "--rate-period", f"{period_ms}ms", "-n", str(count)]
     n = h2load(port, proto, args, log)
     lat = settled(logged_requests(log))
     keep(log, keep_as)
