@@ -272,7 +272,7 @@ def spread_shape(proto, rate):
 
 def shape(proto):
     """The open-loop client: (connections, streams on each), 16 requests in flight at most, as
-    BURST. `spread` uses its connections with one stream each."""
+    BURST. `spread` takes its connection count as a floor (`spread_shape`), one stream each."""
     return (4, 4) if proto == "h2" else (BURST, 1)
 
 
