@@ -26,8 +26,8 @@ pinned to:
 A stage that another task interrupts counts the interruption (nothing is left out for being
 slow), so its p99 still carries some of the machine. The rest of a request's latency is the
 client's, the upstream's and the kernel's, alike for every proxy. Requests arrive spread
-(bench/realpath.py's `spread`: h2load, its connections' timers a millisecond apart, one request
-at a time), so each stage is one request's.
+(bench/realpath.py's `spread`: h2load, its connections' timers a millisecond apart, one or two
+requests at a time), so a stage is one request's or, when two came together, both requests'.
 `perf record -C PROXY_CORE` records `sched:sched_switch` and the entries of the write system
 calls (write, writev, sendto, sendmsg) on the proxy's core during each run; reads are not
 traced, so that the tracing's own cost does not grow with a proxy's number of reads (HAProxy
