@@ -26,6 +26,13 @@ For each client protocol, rate and arrival pattern:
   always reads the same). An interval that spans zero is a difference the run cannot tell from
   the machine's.
 
+**steal**: where DIR has realpath.py's `steal.tsv`, each configuration's steal time on the proxies'
+core per run (the time the host held that core's virtual CPU off it while it had work), median
+and largest. QUIET=MS keeps, in each table, only the repeats in which every run compared there
+(each LABEL's and HAProxy's) met at most MS of it: the proxies compared on the host's quiet
+moments, none favoured (a repeat stays or goes for all of them). It says how many repeats that
+keeps.
+
 A LABEL `a+b` is the requests of `a` and `b` together, repeat by repeat: one build given twice is
 then measured over twice the requests (its copies are the same binary).
 
@@ -48,7 +55,7 @@ import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from realpath import BURST, WARMUP_US, logged_requests, nearest_rank, percentiles, settled  # noqa: E402
+from realpath import BURST, STEAL_LOG, WARMUP_US, logged_requests, nearest_rank, percentiles, settled  # noqa: E402
 
 PEERS = ("upstream", "haproxy", "nginx")
 try:
@@ -61,16 +68,23 @@ try:
         raise ValueError
 except ValueError:
     sys.exit(f"RESAMPLES={os.environ['RESAMPLES']!r}: give a whole number of at least 10")
+try:
+    QUIET = float(os.environ["QUIET"]) if os.environ.get("QUIET") else None
+except ValueError:
+    sys.exit(f"QUIET={os.environ['QUIET']!r}: give the most steal time a run may meet, in ms")
 # oha sends a burst's requests within a few hundred µs; the next burst is milliseconds later.
 BURST_GAP_US = 1000
 
 
 def runs(directories):
     """{(proto, rate, pattern): {label: {repeat: path}}} from the file names realpath.py gives,
-    each directory's repeats numbered after the last directory's."""
+    each directory's repeats numbered after the last directory's; and {path: ms} of the runs'
+    steal time, from the directories that have a STEAL_LOG."""
     found = collections.defaultdict(lambda: collections.defaultdict(dict))
+    steal = {}
     offset = 0
     for directory in directories:
+        steal.update(steal_of(directory))
         last = 0
         for name in os.listdir(directory):
             stem, ext = os.path.splitext(name)
@@ -81,7 +95,39 @@ def runs(directories):
             last = max(last, int(rep))
             found[(proto, int(rate), pattern)][label][offset + int(rep)] = os.path.join(directory, name)
         offset += last
-    return found
+    return found, steal
+
+
+def steal_of(directory):
+    """{log path: ms} from `directory`'s STEAL_LOG (realpath.py writes a line per run: the log's
+    name without its extension, a tab, the milliseconds); empty without one."""
+    path = os.path.join(directory, STEAL_LOG)
+    if not os.path.exists(path):
+        return {}
+    names = {os.path.splitext(name)[0]: name for name in os.listdir(directory)}
+    steal = {}
+    for n, line in enumerate(open(path), 1):
+        stem, _, ms = line.rstrip("\n").partition("\t")
+        try:
+            steal[os.path.join(directory, names.get(stem, stem))] = float(ms)
+        except ValueError:
+            sys.exit(f"{path}:{n}: {line.strip()!r} is not a run's name, a tab and its steal in ms")
+    return steal
+
+
+def quiet_only(by_label, compared, steal):
+    """`by_label` with only the repeats in which every run of `compared` met at most QUIET ms of
+    steal, and how many repeats that keeps of how many; exits naming a run whose steal no
+    STEAL_LOG gives."""
+    repeats = set.intersection(*(set(by_label[m]) for m in compared))
+    for m in compared:
+        for r in repeats:
+            if by_label[m][r] not in steal:
+                sys.exit(f"QUIET: no steal time for {by_label[m][r]} (its directory has no {STEAL_LOG}: "
+                         "runs of bench/realpath.py before it wrote one)")
+    quiet = {r for r in repeats if all(steal[by_label[m][r]] <= QUIET for m in compared)}
+    return {label: {r: p for r, p in reps.items() if r in quiet} for label, reps in by_label.items()}, \
+        len(quiet), len(repeats)
 
 
 def settled_of(path):
@@ -180,7 +226,7 @@ def main():
     directories = sys.argv[1].split(":") if len(sys.argv) > 1 else []
     if not directories or not all(os.path.isdir(d) for d in directories):
         sys.exit(__doc__)
-    found = runs(directories)
+    found, steal = runs(directories)
     if not found:
         sys.exit(f"{sys.argv[1]}: no logs named as `LATENCIES` names them")
     for (proto, rate, pattern), by_label in sorted(found.items(), key=lambda kv: (kv[0][0] != "h2", -kv[0][1], kv[0][2])):
@@ -191,6 +237,17 @@ def main():
         client = "HTTP/2" if proto == "h2" else "HTTP/1.1"
         print(f"{client} client, {rate} req/s {pattern}: p50 / p99 minus the other's in the same repeat, "
               "median (repeats at or below)")
+        per_run = {label: [steal[p] for p in paths.values() if p in steal] for label, paths in sorted(by_label.items())}
+        if any(per_run.values()):
+            cells = ", ".join(f"{label} {statistics.median(ms):.0f} ({max(ms):.0f})" for label, ms in per_run.items() if ms)
+            print(f"  steal on the proxies' core per run, ms, median (largest): {cells}")
+        if QUIET is not None:
+            compared = sorted({m for label in labels + ["haproxy"] for m in label.split("+")})
+            by_label, kept, of = quiet_only(by_label, compared, steal)
+            print(f"  QUIET: {kept} of {of} repeats, every run of {', '.join(compared)} in them met at most "
+                  f"{QUIET:g} ms of steal")
+            if kept == 0:
+                continue
         reps = {label: by_repeat(by_label, label) for label in labels + ["haproxy"]}
         ha = reps["haproxy"]
         for label in labels:

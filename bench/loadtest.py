@@ -210,6 +210,19 @@ def cpu_seconds(pids):
     return ns / 1e9
 
 
+def steal_seconds(core):
+    """The seconds the host has held `core`'s virtual CPU off it while it had work to run (steal,
+    the eighth number of its line in /proc/stat, in clock ticks of 10 ms): time that no task
+    on the machine shows, in which a request that has arrived waits. 0 where the kernel counts
+    none (not a VM)."""
+    with open("/proc/stat") as f:
+        for line in f:
+            fields = line.split()
+            if fields and fields[0] == f"cpu{core}":
+                return int(fields[8]) / TICK if len(fields) > 8 else 0.0
+    return 0.0
+
+
 def perf_counts(pids, events, run):
     """Runs `run()` under `perf stat` counting the software `events` of `pids` (they hold on a
     VM without hardware counters, and unlike CPU time they do not move with the machine's

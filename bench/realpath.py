@@ -78,7 +78,13 @@ the pooled p99 more requests, and a disturbance fewer of them.
 PROTOS (default `h2 h1`) names the client protocols to run.
 LATENCIES=DIR keeps every open-loop run's per-request log there (h2load's tab-separated log:
 start in µs since the epoch, status, latency in µs; oha's sqlite table), named
-NAME-PROTO-RATE-REPEAT-spread.tsv and -bursts.sqlite, to see when the slow requests came.
+NAME-PROTO-RATE-REPEAT-spread.tsv and -bursts.sqlite, to see when the slow requests came, and
+in STEAL_LOG (`steal.tsv`) each run's steal time on the proxies' core (bench/latencies.py's
+`QUIET` reads it). Steal is the time the host held that core's virtual CPU off it while it had
+work (/proc/stat, in 10 ms ticks): no task on the machine shows it, and a request that arrives in
+it waits. Each run's steal is printed beside it, and the table gives each configuration's: in the
+forty-third round of bench/PERF_NOTES.md the silent gaps in the proxies' slowest request stages
+rose and fell with it run by run, whichever proxy ran.
 PROFILE=NAME records `perf record -e cpu-clock -g` of that configuration's first closed-loop run
 into target/loadtest/realpath-NAME.perf.data and a flat report next to it.
 COPIES=NAME counts, in a closed-loop run of its own per client protocol (the first repeat), the
@@ -126,6 +132,9 @@ UPSTREAM_CORES = {"proxy": lt.PROXY_CORE, "load": lt.LOAD_CORE}
 # decided its p99 (bench/PERF_NOTES.md, twenty-fifth round). The requests sent in a run's first
 # WARMUP_US are left out of its latencies, alike for every configuration.
 WARMUP_US = 50_000
+# Where LATENCIES keeps each open-loop run's steal time on the proxies' core: a line per run, the
+# run's log name without its extension, a tab, the milliseconds.
+STEAL_LOG = "steal.tsv"
 
 
 def upstream_conf(work, root, cert, key):
@@ -549,13 +558,19 @@ def main():
                         f"upstream {r['up']:4.1f}), {r['rps']:6.0f} req/s, {r['syscalls']:4.2f} syscalls/req, "
                         f"{r['switches']:4.2f} switches/req")
                 for rate in rates:
-                    c2 = lt.cpu_seconds(proxy)
+                    c2, t2 = lt.cpu_seconds(proxy), lt.steal_seconds(lt.PROXY_CORE)
                     kept = os.path.join(latencies, f"{name}-{proto}-{rate}-{rep + 1}") if latencies else None
                     m, lat = spread(port, proto, duration, rate, work, kept and kept + "-spread.tsv")
-                    c3 = lt.cpu_seconds(proxy)
+                    c3, t3 = lt.cpu_seconds(proxy), lt.steal_seconds(lt.PROXY_CORE)
                     r[f"cpu_rate@{rate}"] = (c3 - c2) / m * 1e6
                     burst_rps, burst_lat = bursts(port, proto, duration, rate, ca, work,
                                                   kept and kept + "-bursts.sqlite")
+                    r[f"steal_spread@{rate}"] = (t3 - t2) * 1e3
+                    r[f"steal_bursts@{rate}"] = (lt.steal_seconds(lt.PROXY_CORE) - t3) * 1e3
+                    if kept:
+                        with open(os.path.join(latencies, STEAL_LOG), "a") as f:
+                            for pattern in ("spread", "bursts"):
+                                f.write(f"{os.path.basename(kept)}-{pattern}\t{r[f'steal_{pattern}@{rate}']:.0f}\n")
                     r[f"burst_rps@{rate}"] = burst_rps
                     r[f"cpu_burst@{rate}"] = (lt.cpu_seconds(proxy) - c3) / (burst_rps * seconds(duration)) * 1e6
                     for pattern, samples in (("spread", lat), ("bursts", burst_lat)):
@@ -565,7 +580,8 @@ def main():
                     line += (f"; at {rate}/s {r[f'cpu_rate@{rate}']:5.1f} µs/req, p50 {r[f'spread50@{rate}']:5.0f} µs, "
                              f"p99 {r[f'spread99@{rate}']:6.0f} µs, in bursts ({burst_rps:.0f} req/s) "
                              f"{r[f'cpu_burst@{rate}']:5.1f} µs/req, "
-                             f"p50 {r[f'bursts50@{rate}']:5.0f} µs, p99 {r[f'bursts99@{rate}']:6.0f} µs")
+                             f"p50 {r[f'bursts50@{rate}']:5.0f} µs, p99 {r[f'bursts99@{rate}']:6.0f} µs, "
+                             f"steal {r[f'steal_spread@{rate}']:.0f} and {r[f'steal_bursts@{rate}']:.0f} ms")
                 r["rss"] = lt.rss_mb(proxy)
                 results[(name, proto)].append(r)
                 print(line, flush=True)
@@ -667,6 +683,12 @@ def render(results, pooled, ports, protos, reps, duration, rates, connections, s
                               "—" if name == "haproxy" else
                               f"{own[0] - ha[0]:+.0f} / {own[1] - ha[1]:+.0f} µs; p99 {below} of {len(v)}"]
                 rows.append(f"| {labels.get(name, name)} | {clients[proto]} | " + " | ".join(cells) + " |")
+        steal = "; ".join(
+            f"{name} {proto} " + ", ".join(rng([r[f"steal_{pattern}@{rate}"] for r in results[(name, proto)]], "{:.0f}")
+                                           for pattern in ("spread", "bursts"))
+            for name in ports for proto in protos)
+        rows += ["", f"The host's steal on core {lt.PROXY_CORE} in each run at {rate} req/s, ms, spread and in bursts, "
+                     f"median (min–max): {steal}."]
     return "\n".join(rows) + "\n"
 
 

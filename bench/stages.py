@@ -34,7 +34,11 @@ traced, so that the tracing's own cost does not grow with a proxy's number of re
 makes more system calls per request than mvproxy; each traced call costs both the same). The
 upstream connections are found with `ss` (the proxy's sockets to the upstream's port).
 The time other tasks held the proxy's core during the runs (kernel threads, other
-processes) is given too: the machine's share of the noise in bench/realpath.py's p99.
+processes) is given too: the machine's share of the noise in bench/realpath.py's p99; and the
+host's, each run's steal time on that core (/proc/stat: the time the host held the core's virtual
+CPU off it while it had work, which no traced event shows). In the forty-third round of
+bench/PERF_NOTES.md the slowest request stages were silent from the proxy's switch-in to its
+`epoll_wait`'s return, and those silences rose and fell with the steal, run by run.
 
 Variables: REPEATS (default 3), DURATION of each run (default 5s), RATES (default "500 2000"),
 PROTOS (default "h2 h1"). Medians and percentiles pool every repeat's requests of a
@@ -178,6 +182,7 @@ def main():
               f"req/s; GET {lt.PATH}", flush=True)
         pooled = collections.defaultdict(lambda: ([], [], []))
         held = collections.Counter()
+        stolen = collections.Counter()
         seconds = 0.0
         for rep in range(reps):
             for name, proto, rate in runs if rep % 2 == 0 else runs[::-1]:
@@ -189,9 +194,11 @@ def main():
                 perf = subprocess.Popen(["taskset", "-c", lt.LOAD_CORE, "perf", "record", "-q", "-C", lt.PROXY_CORE,
                                          "-e", EVENTS, "-o", data], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                 time.sleep(0.5)  # perf is recording
-                begun = time.monotonic()
+                begun, steal = time.monotonic(), lt.steal_seconds(lt.PROXY_CORE)
                 rp.spread(ports[name], proto, duration, rate, work)
                 seconds += time.monotonic() - begun
+                steal = (lt.steal_seconds(lt.PROXY_CORE) - steal) * 1e3
+                stolen[name] += steal
                 perf.send_signal(2)
                 perf.wait()
                 request, handover, response, others = stages(
@@ -203,11 +210,12 @@ def main():
                 medians = [rp.percentiles(kind, (50,))[0] for kind in (request, handover, response)]
                 print(f"  [{rep + 1}] {name:10} {proto} {rate}/s: p50 request {medians[0]:4.0f} µs, handover "
                       f"{medians[1]:4.0f} µs, response {medians[2]:4.0f} µs "
-                      f"({len(request)}, {len(handover)}, {len(response)} stages)", flush=True)
+                      f"({len(request)}, {len(handover)}, {len(response)} stages), steal {steal:.0f} ms", flush=True)
         print(render(pooled, list(ports), protos, rates, reps, duration))
         busiest = ", ".join(f"{name} {us / seconds / 1000:.1f} ms/s" for name, us in held.most_common(5))
         print(f"\nOther tasks on core {lt.PROXY_CORE} during the runs (the proxies, the upstream and idle left "
-              f"out), per second: {busiest or 'none'}.")
+              f"out), per second: {busiest or 'none'}. The host's steal on it during each proxy's runs, in all: "
+              + ", ".join(f"{name} {ms:.0f} ms" for name, ms in sorted(stolen.items())) + ".")
     finally:
         procs.stop()
 
